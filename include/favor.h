@@ -1,0 +1,1695 @@
+/* favor.h - exact softmax, elu(x)+1 linear and FAVOR+ random-feature attention
+ * for C programs, in one header.                    MIT licence; text at the end.
+ *
+ * favor.h computes multi-head attention O = softmax(s Q K^T) V exactly (an online
+ * softmax over key tiles, never an n x n_k matrix), and its linear-time kernel
+ * approximations O_i = phi(q_i)^T sum_j phi(k_j) v_j^T / phi(q_i)^T sum_j phi(k_j)
+ * with phi = elu(x)+1 ("Transformers are RNNs", Katharopoulos et al. 2020) or the
+ * positive orthogonal random features of FAVOR+ ("Rethinking Attention with
+ * Performers", Choromanski et al. 2020). Causal linear attention is also available
+ * as a recurrence (a saved state, extended block by block or token by token).
+ *
+ * DO THIS in exactly one C or C++ file:
+ *
+ *     #define FAVOR_IMPLEMENTATION
+ *     #include "favor.h"
+ *
+ * and plain `#include "favor.h"` elsewhere. Link with -lm.
+ *
+ * USAGE (8 heads, n tokens, head size 64, FAVOR+ with 256 features):
+ *
+ *     float *q, *k, *v, *o;                  (each 8*n*64 floats, [head][token][dim])
+ *     favor_tensor Q = favor_tensor_packed(q, 8, n, 64), K = ..., V = ...,
+ *                  O = favor_tensor_packed(o, 8, n, 64);
+ *     favor_features f;
+ *     float *w = malloc(favor_features_floats(FAVOR_POSITIVE, 64, 256) * sizeof *w);
+ *     favor_features_init(&f, FAVOR_POSITIVE, 64, 256, 0, 42, w);
+ *     favor_options opt = favor_default_options();
+ *     opt.flags = FAVOR_CAUSAL;
+ *     if (favor_linear_attention(&f, &Q, &K, &V, &O, &opt) != FAVOR_OK) ...;
+ *     favor_softmax_attention(&Q, &K, &V, &O, NULL);    (exact, non-causal)
+ *
+ * CONTENTS
+ *     1. this manual              4. implementation (under FAVOR_IMPLEMENTATION):
+ *     2. configuration macros        backend selection, vector layer, exp/elu,
+ *     3. declarations                PRNG and sampling, micro-kernels, operations,
+ *                                    validation helpers
+ *
+ * TENSORS. Every matrix is fp32, viewed as [heads][rows][cols]: element (h, r, c)
+ * is data[h*head_stride + r*row_stride + c]. Columns are contiguous. Rows and heads
+ * may interleave (a [tokens][heads*dim] buffer is head_stride = dim,
+ * row_stride = heads*dim), but no two (head, row) rows may overlap. For one head,
+ * Q is n x d, K is n_k x d, V is n_k x d_v, O is n x d_v. K and V may have fewer
+ * heads than Q when Q's head count is a multiple of theirs (grouped-query
+ * attention: query head h uses key/value head h / (heads_q / heads_kv)).
+ *
+ * CAUSAL (FAVOR_CAUSAL): query row i sees keys j <= i + (n_k - n), bottom-right
+ * aligned, so one query row against n_k cached keys is the decoding case. A query
+ * row that sees no key (possible only when n > n_k) is set to zero.
+ *
+ * FEATURE MAPS (x' = sqrt(s) x, s the scale, by default 1/sqrt(d); W is m x d):
+ *     FAVOR_ELU1        elu(x)+1 (x itself, unscaled)             width d
+ *     FAVOR_POSITIVE    exp(W x' - |x'|^2/2 - c) / sqrt(m)         width m   FAVOR+
+ *     FAVOR_HYPERBOLIC  exp(-|x'|^2/2 - c) [exp(Wx'), exp(-Wx')] / sqrt(2m)  2m
+ *     FAVOR_TRIG        exp(|x'|^2/2 - c) [sin Wx', cos Wx'] / sqrt(m)       2m
+ *     FAVOR_RELU        relu(W x') / sqrt(m) + 1e-3                width m
+ * POSITIVE, HYPERBOLIC and TRIG are unbiased: E[phi(q).phi(k)] = exp(s q.k) (with
+ * c = 0). c is a stabilizer that cancels in the attention ratio: per row for
+ * queries; for keys one constant per head (non-causal) or a running maximum over
+ * the keys seen so far (causal and recurrent), so no output ever depends on a
+ * later token. W has orthogonal rows within each block of d rows (Gram-Schmidt of
+ * a Gaussian block, in double), each row rescaled to the norm of an independent
+ * Gaussian d-vector; FAVOR_IID draws independent Gaussian rows instead, and
+ * FAVOR_REGULAR_NORM gives every row the norm sqrt(d). W comes from a
+ * counter-based integer generator: the same seed gives the same W everywhere.
+ *
+ * DENOMINATORS. A linear-attention row whose denominator is exactly zero (every
+ * feature product underflowed, possible only for inputs of huge magnitude) is set
+ * to zero. TRIG features can be negative: a TRIG denominator smaller than 1e-20 in
+ * magnitude is replaced by +-1e-20, so the output stays finite (and meaningless:
+ * TRIG is kept for comparison, not for use).
+ *
+ * ACCURACY (fp32, against a float64 evaluation of the same formula; enforced by
+ * the tests in tests/):
+ *     softmax attention            max |error| <= 2e-5 * max|V|
+ *     elu+1 linear attention       max |error| <= 2e-5 * max|V|
+ *     FAVOR+ and the other random
+ *     feature maps, same W         max |error| <= 1e-4 * max|O_ref|
+ *     causal: block, extend and step forms agree within 1e-5 relative.
+ * Finite inputs up to 1e4 in magnitude give finite outputs for every method.
+ * FAVOR+ itself is an estimate of softmax attention whose mean squared error falls
+ * as 1/m (tests/test_features.c measures it).
+ *
+ * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
+ * needs (independent of the sequence length). Pass a buffer that large in
+ * favor_options.workspace, or NULL to let the call allocate with FAVOR_MALLOC and
+ * free before it returns. Nothing else is allocated and there is no global state:
+ * every function is reentrant.
+ *
+ * ERRORS. Every entry point validates all its arguments before it writes anything;
+ * on a bad argument it returns a favor_status other than FAVOR_OK and leaves every
+ * output untouched. favor_status_string() names each status.
+ *
+ * VERSION HISTORY
+ *     0.1  forward passes: softmax, elu+1, FAVOR+ and friends; recurrent state.
+ */
+#ifndef FAVOR_H_INCLUDED
+#define FAVOR_H_INCLUDED
+
+/* ---------------------------------------------------------------------------
+ * 2. Configuration macros (define before including the implementation)
+ *
+ *   FAVOR_IMPLEMENTATION   expand the implementation in this translation unit.
+ *   FAVOR_STATIC           make every function static (private to this file).
+ *   FAVOR_API              linkage of the public functions (default: extern, or
+ *                          static under FAVOR_STATIC).
+ *   FAVOR_NO_SIMD          force the portable scalar backend.
+ *   FAVOR_MALLOC(bytes) / FAVOR_FREE(ptr)   allocator for workspaces the caller
+ *                          did not supply (default malloc/free; define both or
+ *                          neither).
+ *   FAVOR_NO_MALLOC        never allocate: a call without workspace that needs
+ *                          one returns FAVOR_E_WORKSPACE.
+ *   FAVOR_ASSERT(x)        internal consistency checks (default: nothing).
+ * ------------------------------------------------------------------------- */
+#include <stddef.h>
+
+#ifndef FAVOR_API
+#ifdef FAVOR_STATIC
+#define FAVOR_API static
+#else
+#define FAVOR_API extern
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------
+ * 3. Declarations
+ * ------------------------------------------------------------------------- */
+
+typedef enum {
+    FAVOR_OK = 0,
+    FAVOR_E_NULL,      /* a required pointer is NULL                          */
+    FAVOR_E_SHAPE,     /* zero size, stride below the row, mismatched shapes  */
+    FAVOR_E_OVERFLOW,  /* a size or offset does not fit in size_t / address   */
+    FAVOR_E_ALIAS,     /* an output overlaps an input                         */
+    FAVOR_E_WORKSPACE, /* workspace too small (or none under FAVOR_NO_MALLOC) */
+    FAVOR_E_NOMEM,     /* FAVOR_MALLOC returned NULL                          */
+    FAVOR_E_ARG        /* unknown kernel, flag, role, or bad scale/threads    */
+} favor_status;
+
+/* A static English name for a status ("FAVOR_E_SHAPE: ..."); never NULL. */
+FAVOR_API const char *favor_status_string(favor_status status);
+
+/* The backend compiled in: "avx2", "neon" or "scalar". */
+FAVOR_API const char *favor_backend(void);
+
+/* A strided fp32 view [heads][rows][cols]; see TENSORS above. */
+typedef struct {
+    float *data;
+    size_t heads, rows, cols;
+    size_t head_stride, row_stride; /* in floats */
+} favor_tensor;
+
+/* A packed view: head_stride = rows*cols, row_stride = cols. */
+FAVOR_API favor_tensor favor_tensor_packed(float *data, size_t heads, size_t rows,
+                                           size_t cols);
+
+/* Flags of favor_options.flags. */
+#define FAVOR_CAUSAL 1u
+
+/* Per-call options. A NULL options pointer means favor_default_options(). */
+typedef struct {
+    unsigned flags;        /* 0 or FAVOR_CAUSAL                                 */
+    float scale;           /* s > 0; 0 = default (1/sqrt(d) for softmax; the
+                              features' own scale for linear attention)         */
+    int threads;           /* 0 = default, 1 = single-threaded, n > 1 = up to n  */
+    void *workspace;       /* NULL = allocate with FAVOR_MALLOC                  */
+    size_t workspace_size; /* bytes at workspace                                 */
+} favor_options;
+
+FAVOR_API favor_options favor_default_options(void);
+
+/* Feature maps (see FEATURE MAPS above). */
+typedef enum {
+    FAVOR_ELU1 = 0,
+    FAVOR_POSITIVE,
+    FAVOR_HYPERBOLIC,
+    FAVOR_TRIG,
+    FAVOR_RELU
+} favor_kernel;
+
+/* Flags of favor_features_init(). Orthogonal blocks and chi norms by default. */
+#define FAVOR_IID          1u /* independent Gaussian rows                       */
+#define FAVOR_REGULAR_NORM 2u /* every row of W has norm sqrt(d)                  */
+
+/* Roles of favor_feature_map(). */
+typedef enum {
+    FAVOR_QUERY = 0, /* stabilizer per row                                      */
+    FAVOR_KEY,       /* one stabilizer per head (maximum over the head's rows)   */
+    FAVOR_PLAIN      /* no stabilizer: the unbiased map itself (may overflow)    */
+} favor_role;
+
+/* A feature map. Fill it with favor_features_init(); the fields are readable.
+ * `scale` (s) may be changed between calls; W = w (count x dim, row-major) and
+ * its transpose wt (dim x count) live in the caller's storage. */
+typedef struct {
+    favor_kernel kernel;
+    unsigned flags;
+    size_t dim;          /* d                                        */
+    size_t count;        /* m (ELU1: d)                              */
+    float scale;         /* s, initialised to 1/sqrt(d)              */
+    unsigned long long seed;
+    float *w;            /* count x dim (NULL for ELU1)              */
+    float *wt;           /* dim x count (NULL for ELU1)              */
+} favor_features;
+
+/* Floats of storage favor_features_init() needs: 2*count*dim + 2*dim + 1 for the
+ * random maps (W, its transpose, a sampling scratch row), 0 for FAVOR_ELU1.
+ * Returns 0 as well for arguments init would reject. */
+FAVOR_API size_t favor_features_floats(favor_kernel kernel, size_t dim, size_t count);
+
+/* Draw W for `kernel` with `count` = m rows of dimension `dim` = d (any m >= 1;
+ * ELU1 takes count 0 or d and no storage). Cost O(m d^2) in double. storage must
+ * hold favor_features_floats() floats and outlive f. Errors: FAVOR_E_NULL (f, or
+ * storage when needed), FAVOR_E_SHAPE (dim or count 0, or count != d for ELU1),
+ * FAVOR_E_OVERFLOW, FAVOR_E_ARG (unknown kernel or flag). */
+FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kernel,
+                                           size_t dim, size_t count, unsigned flags,
+                                           unsigned long long seed, float *storage);
+
+/* Redraw W in place from a new seed (same kernel, sizes, flags). O(m d^2). */
+FAVOR_API favor_status favor_features_redraw(favor_features *f, unsigned long long seed);
+
+/* Width of phi(x): d (ELU1), m (POSITIVE, RELU) or 2m (HYPERBOLIC, TRIG). */
+FAVOR_API size_t favor_features_width(const favor_features *f);
+
+/* phi = phi(x) for every row of x ([heads][rows][d] -> [heads][rows][width]),
+ * with the stabilizer of `role`. O(rows*m*d) per head, no workspace. Errors:
+ * FAVOR_E_NULL, FAVOR_E_SHAPE (x.cols != d, phi.cols != width, heads or rows
+ * differ), FAVOR_E_OVERFLOW, FAVOR_E_ALIAS (phi overlaps x or W), FAVOR_E_ARG. */
+FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_tensor *x,
+                                         const favor_tensor *phi, favor_role role);
+
+/* Exact softmax attention, out = softmax(s q k^T [+ causal mask]) v per head.
+ * Time O(heads n n_k d), memory O(tile): the workspace does not depend on n.
+ * Errors: FAVOR_E_NULL, FAVOR_E_SHAPE, FAVOR_E_OVERFLOW, FAVOR_E_ALIAS (out
+ * overlaps q, k or v), FAVOR_E_WORKSPACE, FAVOR_E_NOMEM, FAVOR_E_ARG (flags,
+ * scale < 0 or not finite, threads < 0). */
+FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favor_tensor *k,
+                                               const favor_tensor *v, const favor_tensor *out,
+                                               const favor_options *opts);
+FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q,
+                                                   const favor_tensor *k,
+                                                   const favor_tensor *v,
+                                                   const favor_options *opts);
+
+/* Linear (kernelized) attention with the feature map f, non-causal or causal.
+ * Time O(heads (n + n_k) width (d + d_v)) plus O(heads n C width) for the causal
+ * intra-chunk blocks (C = 64); memory O(width d_v) per head, never O(n width).
+ * Errors as favor_softmax_attention, plus FAVOR_E_SHAPE when d != f->dim. */
+FAVOR_API favor_status favor_linear_attention(const favor_features *f, const favor_tensor *q,
+                                              const favor_tensor *k, const favor_tensor *v,
+                                              const favor_tensor *out,
+                                              const favor_options *opts);
+FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
+                                                  const favor_tensor *q,
+                                                  const favor_tensor *k,
+                                                  const favor_tensor *v,
+                                                  const favor_options *opts);
+
+/* The recurrent state of causal linear attention, (S, z) and the key stabilizer
+ * of each key/value head. Fill with favor_state_init(); tokens counts the keys
+ * absorbed so far. */
+typedef struct {
+    size_t heads;        /* key/value heads                         */
+    size_t width;        /* favor_features_width(f)                 */
+    size_t dv;           /* d_v                                     */
+    size_t dim;          /* d of the features it was made for       */
+    favor_kernel kernel;
+    unsigned long long tokens;
+    float *s;            /* heads x width x dv                      */
+    float *z;            /* heads x width                           */
+    float *c;            /* heads: log-scale of s and z             */
+    float *scratch;      /* 3*width + 4: used by favor_linear_step  */
+} favor_state;
+
+/* Floats of storage a state needs: heads*(width*(dv+1) + 1) + 3*width + 4.
+ * Returns 0 for arguments favor_state_init would reject. */
+FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv);
+
+/* Bind a state to storage (favor_state_floats() floats) and reset it. Errors:
+ * FAVOR_E_NULL, FAVOR_E_SHAPE (heads or dv 0), FAVOR_E_OVERFLOW, FAVOR_E_ARG. */
+FAVOR_API favor_status favor_state_init(favor_state *st, const favor_features *f,
+                                        size_t heads, size_t dv, float *storage);
+
+/* Forget every absorbed token. */
+FAVOR_API void favor_state_reset(favor_state *st);
+
+/* Causal linear attention of a block of n new tokens after the tokens already in
+ * st: row i sees the state and new keys 0..i. q, k, v have n rows each (k, v with
+ * st->heads heads, q a multiple of it); st absorbs the block. Same results as one
+ * favor_linear_attention call over the whole sequence (within 1e-5 relative).
+ * Time O(heads n width (d + d_v + C)), no memory beyond the workspace. On error
+ * neither out nor st changes. */
+FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state *st,
+                                           const favor_tensor *q, const favor_tensor *k,
+                                           const favor_tensor *v, const favor_tensor *out,
+                                           const favor_options *opts);
+FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f,
+                                               const favor_state *st,
+                                               const favor_tensor *q,
+                                               const favor_tensor *k,
+                                               const favor_tensor *v,
+                                               const favor_options *opts);
+
+/* One token for every head: q, k, v, out have one row each. Uses st->scratch, no
+ * workspace, no allocation: O(heads width (d + d_v)) time, constant in the
+ * number of tokens already absorbed. */
+FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *st,
+                                         const favor_tensor *q, const favor_tensor *k,
+                                         const favor_tensor *v, const favor_tensor *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FAVOR_H_INCLUDED */
+
+/* ===========================================================================
+ * 4. Implementation
+ * ========================================================================= */
+#if defined(FAVOR_IMPLEMENTATION) && !defined(FAVOR__IMPLEMENTED)
+#define FAVOR__IMPLEMENTED
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(FAVOR_MALLOC) != defined(FAVOR_FREE)
+#error "favor.h: define both FAVOR_MALLOC and FAVOR_FREE, or neither"
+#endif
+#if !defined(FAVOR_MALLOC) && !defined(FAVOR_NO_MALLOC)
+#include <stdlib.h>
+#define FAVOR_MALLOC(bytes) malloc(bytes)
+#define FAVOR_FREE(ptr) free(ptr)
+#endif
+#ifndef FAVOR_ASSERT
+#define FAVOR_ASSERT(x) ((void)0)
+#endif
+
+/* 4.1 Backend selection ---------------------------------------------------- */
+#define FAVOR_SCALAR 0
+#define FAVOR_AVX2 1
+#define FAVOR_NEON 2
+#ifndef FAVOR_SIMD
+#define FAVOR_SIMD FAVOR_SCALAR
+#endif
+#if FAVOR_SIMD != FAVOR_SCALAR
+#error "favor.h: this version has only the scalar backend (FAVOR_SIMD=FAVOR_SCALAR)"
+#endif
+
+/* 4.2 The vector layer ------------------------------------------------------
+ * The scalar operations favor__s_* are always compiled: they are the width-1
+ * backend and the tails of the vector loops. favor__v_* are the vector
+ * operations of the selected backend, FAVOR__W floats wide. Every kernel below
+ * is written once against these two vocabularies. */
+typedef uint32_t favor__su; /* the integer lane matching a float */
+
+static inline float favor__s_set1(float x) { return x; }
+static inline float favor__s_load(const float *p) { return *p; }
+static inline void favor__s_store(float *p, float x) { *p = x; }
+static inline float favor__s_add(float a, float b) { return a + b; }
+static inline float favor__s_sub(float a, float b) { return a - b; }
+static inline float favor__s_mul(float a, float b) { return a * b; }
+static inline float favor__s_fma(float a, float b, float c) { return a * b + c; }
+/* max/min return b when either is NaN (as x86 maxps does with its 2nd operand). */
+static inline float favor__s_max(float a, float b) { return a > b ? a : b; }
+static inline float favor__s_min(float a, float b) { return a < b ? a : b; }
+static inline favor__su favor__s_asint(float x) { favor__su u; memcpy(&u, &x, 4); return u; }
+static inline float favor__s_asfloat(favor__su u) { float x; memcpy(&x, &u, 4); return x; }
+static inline favor__su favor__s_iadd(favor__su a, favor__su b) { return a + b; }
+static inline favor__su favor__s_isub(favor__su a, favor__su b) { return a - b; }
+static inline favor__su favor__s_iset1(favor__su a) { return a; }
+#define favor__s_srli(a, n) ((favor__su)(a) >> (n))
+#define favor__s_slli(a, n) ((favor__su)(a) << (n))
+/* x where x is NaN, else y */
+static inline float favor__s_nanpass(float x, float y) { return x != x ? x + x : y; }
+/* a where x > 0, else b */
+static inline float favor__s_pos_select(float x, float a, float b) { return x > 0.0f ? a : b; }
+static inline float favor__s_hsum(float x) { return x; }
+static inline float favor__s_hmax(float x) { return x; }
+
+#if FAVOR_SIMD == FAVOR_SCALAR
+#define FAVOR__W 1
+typedef float favor__vf;
+typedef favor__su favor__vu;
+#define favor__v_set1 favor__s_set1
+#define favor__v_load favor__s_load
+#define favor__v_store favor__s_store
+#define favor__v_add favor__s_add
+#define favor__v_sub favor__s_sub
+#define favor__v_mul favor__s_mul
+#define favor__v_fma favor__s_fma
+#define favor__v_max favor__s_max
+#define favor__v_min favor__s_min
+#define favor__v_asint favor__s_asint
+#define favor__v_asfloat favor__s_asfloat
+#define favor__v_iadd favor__s_iadd
+#define favor__v_isub favor__s_isub
+#define favor__v_iset1 favor__s_iset1
+#define favor__v_srli favor__s_srli
+#define favor__v_slli favor__s_slli
+#define favor__v_nanpass favor__s_nanpass
+#define favor__v_pos_select favor__s_pos_select
+#define favor__v_hsum favor__s_hsum
+#define favor__v_hmax favor__s_hmax
+#endif
+
+/* 4.3 exp and elu ------------------------------------------------------------
+ * exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n*ln2 with ln2 split in a
+ * high part (few bits, so n*ln2_hi is exact) and a low part; p is the degree-7
+ * minimax-style polynomial of Cephes' expf on |r| <= ln2/2. 2^n is built in the
+ * exponent bits as 2^n1 * 2^n2 (n1 = floor(n/2)), so results down in the
+ * subnormal range come out right with a single rounding. x is first clamped to
+ * [-104, 89] (below -104 exp rounds to 0, above 88.73 it overflows to +inf);
+ * the clamp keeps NaN, and NaN is passed through at the end. Defined by a macro
+ * so the scalar and vector versions are one algorithm. */
+#define FAVOR__DEFINE_EXP(NAME, VF, VU, P)                                           \
+    static inline VF NAME(VF x)                                                      \
+    {                                                                                \
+        const VF magic = P##set1(12582912.0f); /* 1.5 * 2^23 */                    \
+        VF xc = P##min(P##set1(89.0f), P##max(P##set1(-104.0f), x));               \
+        VF t = P##fma(xc, P##set1(1.44269504088896341f), magic);                    \
+        VF n = P##sub(t, magic);                                                     \
+        VF r = P##fma(n, P##set1(-0.693359375f), xc);                               \
+        VF p, r2, y;                                                                 \
+        VU ni, u, n1, n2;                                                            \
+        r = P##fma(n, P##set1(2.12194440e-4f), r);                                  \
+        r2 = P##mul(r, r);                                                           \
+        p = P##set1(1.9875691500e-4f);                                               \
+        p = P##fma(p, r, P##set1(1.3981999507e-3f));                                 \
+        p = P##fma(p, r, P##set1(8.3334519073e-3f));                                 \
+        p = P##fma(p, r, P##set1(4.1665795894e-2f));                                 \
+        p = P##fma(p, r, P##set1(1.6666665459e-1f));                                 \
+        p = P##fma(p, r, P##set1(5.0000001201e-1f));                                 \
+        y = P##add(P##fma(p, r2, r), P##set1(1.0f));                                 \
+        ni = P##isub(P##asint(t), P##asint(magic)); /* n as a 32-bit integer */     \
+        u = P##iadd(ni, P##iset1(256u));              /* n + 256 > 0 */             \
+        n1 = P##isub(P##srli(u, 1), P##iset1(128u));  /* floor(n/2) */              \
+        n2 = P##isub(ni, n1);                                                        \
+        y = P##mul(y, P##asfloat(P##slli(P##iadd(n1, P##iset1(127u)), 23)));        \
+        y = P##mul(y, P##asfloat(P##slli(P##iadd(n2, P##iset1(127u)), 23)));        \
+        return P##nanpass(x, y);                                                     \
+    }
+
+FAVOR__DEFINE_EXP(favor__s_exp, float, favor__su, favor__s_)
+#if FAVOR_SIMD != FAVOR_SCALAR
+FAVOR__DEFINE_EXP(favor__v_exp, favor__vf, favor__vu, favor__v_)
+#else
+#define favor__v_exp favor__s_exp
+#endif
+
+/* elu(x) + 1: x + 1 for x > 0, exp(x) otherwise (NaN stays NaN). */
+static inline float favor__s_elu1(float x)
+{
+    return favor__s_pos_select(x, favor__s_add(x, 1.0f), favor__s_exp(favor__s_min(x, 0.0f)));
+}
+static inline favor__vf favor__v_elu1(favor__vf x)
+{
+    favor__vf zero = favor__v_set1(0.0f);
+    return favor__v_pos_select(x, favor__v_add(x, favor__v_set1(1.0f)),
+                               favor__v_exp(favor__v_min(zero, x)));
+}
+
+/* Array forms: y[i] = exp(x[i] + a), y[i] = elu1(x[i]), in place allowed. */
+static void favor__exp_add(float *y, const float *x, float a, size_t n)
+{
+    size_t i = 0;
+    favor__vf va = favor__v_set1(a);
+    for (; i + FAVOR__W <= n; i += FAVOR__W)
+        favor__v_store(y + i, favor__v_exp(favor__v_add(favor__v_load(x + i), va)));
+    for (; i < n; ++i) y[i] = favor__s_exp(x[i] + a);
+}
+
+static void favor__elu1_array(float *y, const float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + FAVOR__W <= n; i += FAVOR__W) favor__v_store(y + i, favor__v_elu1(favor__v_load(x + i)));
+    for (; i < n; ++i) y[i] = favor__s_elu1(x[i]);
+}
+
+/* 4.4 Small vector kernels --------------------------------------------------- */
+static float favor__dot(const float *a, const float *b, size_t n)
+{
+    size_t i = 0;
+    float s;
+    favor__vf s0 = favor__v_set1(0.0f), s1 = s0, s2 = s0, s3 = s0;
+    for (; i + 4 * FAVOR__W <= n; i += 4 * FAVOR__W) {
+        s0 = favor__v_fma(favor__v_load(a + i), favor__v_load(b + i), s0);
+        s1 = favor__v_fma(favor__v_load(a + i + FAVOR__W), favor__v_load(b + i + FAVOR__W), s1);
+        s2 = favor__v_fma(favor__v_load(a + i + 2 * FAVOR__W), favor__v_load(b + i + 2 * FAVOR__W), s2);
+        s3 = favor__v_fma(favor__v_load(a + i + 3 * FAVOR__W), favor__v_load(b + i + 3 * FAVOR__W), s3);
+    }
+    for (; i + FAVOR__W <= n; i += FAVOR__W)
+        s0 = favor__v_fma(favor__v_load(a + i), favor__v_load(b + i), s0);
+    s = favor__v_hsum(favor__v_add(favor__v_add(s0, s1), favor__v_add(s2, s3)));
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+static float favor__sum(const float *a, size_t n)
+{
+    size_t i = 0;
+    float s;
+    favor__vf s0 = favor__v_set1(0.0f), s1 = s0;
+    for (; i + 2 * FAVOR__W <= n; i += 2 * FAVOR__W) {
+        s0 = favor__v_add(s0, favor__v_load(a + i));
+        s1 = favor__v_add(s1, favor__v_load(a + i + FAVOR__W));
+    }
+    for (; i + FAVOR__W <= n; i += FAVOR__W) s0 = favor__v_add(s0, favor__v_load(a + i));
+    s = favor__v_hsum(favor__v_add(s0, s1));
+    for (; i < n; ++i) s += a[i];
+    return s;
+}
+
+/* Maximum of a[0..n), n >= 1; NaN elements are ignored unless all are NaN. */
+static float favor__maxval(const float *a, size_t n)
+{
+    size_t i = 0;
+    float m = -INFINITY;
+    if (n >= FAVOR__W) {
+        favor__vf vm = favor__v_set1(-INFINITY);
+        for (; i + FAVOR__W <= n; i += FAVOR__W) vm = favor__v_max(favor__v_load(a + i), vm);
+        m = favor__v_hmax(vm);
+    }
+    for (; i < n; ++i) m = favor__s_max(a[i], m);
+    return m;
+}
+
+/* y *= a */
+static void favor__scal(float *y, float a, size_t n)
+{
+    size_t i = 0;
+    favor__vf va = favor__v_set1(a);
+    for (; i + FAVOR__W <= n; i += FAVOR__W) favor__v_store(y + i, favor__v_mul(favor__v_load(y + i), va));
+    for (; i < n; ++i) y[i] *= a;
+}
+
+/* C[M x N] = (acc ? C : 0) + A[M x K] B[K x N]; row-major with leading dimensions.
+ * The micro-kernel keeps a tile of up to 4 rows x 2 vectors in registers. */
+#define FAVOR__MR 4
+static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, size_t lda,
+                             const float *B, size_t ldb, float *C, size_t ldc, int acc)
+{
+    favor__vf c[FAVOR__MR][2];
+    size_t r, v, k;
+    for (r = 0; r < mr; ++r)
+        for (v = 0; v < nv; ++v)
+            c[r][v] = acc ? favor__v_load(C + r * ldc + v * FAVOR__W) : favor__v_set1(0.0f);
+    if (mr == FAVOR__MR && nv == 2) {
+        for (k = 0; k < K; ++k) {
+            const float *b = B + k * ldb;
+            favor__vf b0 = favor__v_load(b), b1 = favor__v_load(b + FAVOR__W), a;
+            a = favor__v_set1(A[k]);
+            c[0][0] = favor__v_fma(a, b0, c[0][0]); c[0][1] = favor__v_fma(a, b1, c[0][1]);
+            a = favor__v_set1(A[lda + k]);
+            c[1][0] = favor__v_fma(a, b0, c[1][0]); c[1][1] = favor__v_fma(a, b1, c[1][1]);
+            a = favor__v_set1(A[2 * lda + k]);
+            c[2][0] = favor__v_fma(a, b0, c[2][0]); c[2][1] = favor__v_fma(a, b1, c[2][1]);
+            a = favor__v_set1(A[3 * lda + k]);
+            c[3][0] = favor__v_fma(a, b0, c[3][0]); c[3][1] = favor__v_fma(a, b1, c[3][1]);
+        }
+    } else {
+        for (k = 0; k < K; ++k)
+            for (r = 0; r < mr; ++r) {
+                favor__vf a = favor__v_set1(A[r * lda + k]);
+                for (v = 0; v < nv; ++v)
+                    c[r][v] = favor__v_fma(a, favor__v_load(B + k * ldb + v * FAVOR__W), c[r][v]);
+            }
+    }
+    for (r = 0; r < mr; ++r)
+        for (v = 0; v < nv; ++v) favor__v_store(C + r * ldc + v * FAVOR__W, c[r][v]);
+}
+
+static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda,
+                        const float *B, size_t ldb, float *C, size_t ldc, int acc)
+{
+    size_t i, j, k, r;
+    for (i = 0; i < M; i += FAVOR__MR) {
+        size_t mr = M - i < FAVOR__MR ? M - i : FAVOR__MR;
+        const float *Ai = A + i * lda;
+        float *Ci = C + i * ldc;
+        for (j = 0; j + 2 * FAVOR__W <= N; j += 2 * FAVOR__W)
+            favor__gemm_tile(mr, 2, K, Ai, lda, B + j, ldb, Ci + j, ldc, acc);
+        for (; j + FAVOR__W <= N; j += FAVOR__W)
+            favor__gemm_tile(mr, 1, K, Ai, lda, B + j, ldb, Ci + j, ldc, acc);
+        for (; j < N; ++j) /* columns left over from the vector width */
+            for (r = 0; r < mr; ++r) {
+                float s = acc ? Ci[r * ldc + j] : 0.0f;
+                for (k = 0; k < K; ++k) s += Ai[r * lda + k] * B[k * ldb + j];
+                Ci[r * ldc + j] = s;
+            }
+    }
+}
+
+/* dst[c][r] = src[r][c] for an R x Cn block. */
+static void favor__transpose(size_t R, size_t Cn, const float *src, size_t lds, float *dst, size_t ldd)
+{
+    size_t r, c;
+    for (r = 0; r < R; ++r)
+        for (c = 0; c < Cn; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+/* 4.5 PRNG and sampling ------------------------------------------------------
+ * A counter-based generator: the i-th 64-bit output for a seed is a fixed
+ * integer function of (seed, i) (the splitmix64 finaliser of a Weyl sequence
+ * keyed by a hash of the seed), so the same seed gives the same stream on every
+ * compiler and architecture. Normals use Marsaglia's polar method in double. */
+typedef struct {
+    uint64_t key, counter;
+    double spare;
+    int has_spare;
+} favor__rng;
+
+static uint64_t favor__mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void favor__rng_init(favor__rng *g, unsigned long long seed)
+{
+    g->key = favor__mix64((uint64_t)seed ^ 0x6a09e667f3bcc909ull);
+    g->counter = 0;
+    g->has_spare = 0;
+    g->spare = 0.0;
+}
+
+/* Uniform in (-1, 1), never exactly 0 or +-1. */
+static double favor__rng_sym(favor__rng *g)
+{
+    uint64_t x = favor__mix64(g->key + 0x9e3779b97f4a7c15ull * ++g->counter);
+    return ((double)(x >> 11) + 0.5) * (1.0 / 4503599627370496.0) - 1.0;
+}
+
+static double favor__rng_normal(favor__rng *g)
+{
+    double u, v, s;
+    if (g->has_spare) {
+        g->has_spare = 0;
+        return g->spare;
+    }
+    do {
+        u = favor__rng_sym(g);
+        v = favor__rng_sym(g);
+        s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    s = sqrt(-2.0 * log(s) / s);
+    g->spare = v * s;
+    g->has_spare = 1;
+    return u * s;
+}
+
+/* Fill w (m x d). Orthogonal (default): each block of d rows is Gram-Schmidt of
+ * Gaussian rows, in double, projected against the block's earlier rows as
+ * stored (so the stored rows are orthogonal up to their own fp32 rounding), then
+ * scaled to the norm of an independent Gaussian d-vector (chi(d)) or to sqrt(d).
+ * x is a d-double scratch row. */
+static void favor__draw(favor__rng *g, size_t m, size_t d, unsigned flags, double *x,
+                        float *w)
+{
+    size_t b, i, j, l;
+    for (b = 0; b < m; b += d) {
+        size_t rows = m - b < d ? m - b : d;
+        for (i = 0; i < rows; ++i) {
+            double nrm, target;
+            int tries = 0;
+            do {
+                for (l = 0; l < d; ++l) x[l] = favor__rng_normal(g);
+                if (!(flags & FAVOR_IID)) {
+                    int pass; /* twice is enough: orthogonal to double precision */
+                    for (pass = 0; pass < 2; ++pass)
+                        for (j = 0; j < i; ++j) {
+                            const float *y = w + (b + j) * d;
+                            double p = 0.0, yy = 0.0;
+                            for (l = 0; l < d; ++l) {
+                                p += x[l] * y[l];
+                                yy += (double)y[l] * y[l];
+                            }
+                            p /= yy;
+                            for (l = 0; l < d; ++l) x[l] -= p * y[l];
+                        }
+                }
+                nrm = 0.0;
+                for (l = 0; l < d; ++l) nrm += x[l] * x[l];
+                nrm = sqrt(nrm);
+            } while (!(nrm > 1e-6) && ++tries < 64);
+            if (flags & FAVOR_REGULAR_NORM) {
+                target = sqrt((double)d);
+            } else if (flags & FAVOR_IID) {
+                target = nrm; /* a Gaussian row has a chi(d) norm already */
+            } else {
+                double c = 0.0;
+                for (l = 0; l < d; ++l) {
+                    double e = favor__rng_normal(g);
+                    c += e * e;
+                }
+                target = sqrt(c);
+            }
+            for (l = 0; l < d; ++l) w[(b + i) * d + l] = (float)(x[l] * (target / nrm));
+        }
+    }
+}
+
+/* 4.6 Feature maps ------------------------------------------------------------
+ * A map is computed in two steps so the stabilizer can be chosen in between:
+ * favor__phi_raw writes, for each row, the exponents (POSITIVE, HYPERBOLIC), the
+ * unscaled trigonometric features (TRIG) or the final features (ELU1, RELU), and
+ * the row's log-scale r: the largest exponent (POSITIVE, HYPERBOLIC), |x'|^2/2
+ * (TRIG) or 0. favor__phi_finish then applies a per-row stabilizer c:
+ * phi = exp(raw - c) / sqrt(width) or exp(r - c) * raw / sqrt(m). */
+typedef struct {
+    favor_kernel kernel;
+    size_t d, m, width;
+    float sqs;    /* sqrt(s) */
+    float half_s; /* s / 2 */
+    float lognorm;/* log(sqrt(width)) for the exponential maps */
+    const float *wt;
+} favor__map;
+
+static int favor__stabilized(favor_kernel k)
+{
+    return k == FAVOR_POSITIVE || k == FAVOR_HYPERBOLIC || k == FAVOR_TRIG;
+}
+
+static size_t favor__width(favor_kernel k, size_t d, size_t m)
+{
+    switch (k) {
+    case FAVOR_ELU1: return d;
+    case FAVOR_POSITIVE: case FAVOR_RELU: return m;
+    case FAVOR_HYPERBOLIC: case FAVOR_TRIG: return 2 * m;
+    }
+    return 0;
+}
+
+static void favor__map_make(favor__map *mp, const favor_features *f, float scale)
+{
+    mp->kernel = f->kernel;
+    mp->d = f->dim;
+    mp->m = f->count;
+    mp->width = favor__width(f->kernel, f->dim, f->count);
+    mp->sqs = (float)sqrt((double)scale);
+    mp->half_s = 0.5f * scale;
+    mp->lognorm = (float)(0.5 * log((double)mp->width));
+    mp->wt = f->wt;
+}
+
+/* raw features of `rows` rows of x (stride ldx) into buf (stride ldb); r[rows] */
+static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, size_t rows,
+                           float *buf, size_t ldb, float *r)
+{
+    size_t i, l, m = mp->m;
+    if (mp->kernel == FAVOR_ELU1) {
+        for (i = 0; i < rows; ++i) {
+            favor__elu1_array(buf + i * ldb, x + i * ldx, mp->d);
+            r[i] = 0.0f;
+        }
+        return;
+    }
+    favor__gemm(rows, m, mp->d, x, ldx, mp->wt, m, buf, ldb, 0); /* u = W x */
+    for (i = 0; i < rows; ++i) {
+        float *u = buf + i * ldb;
+        const float *xi = x + i * ldx;
+        float h = mp->half_s * favor__dot(xi, xi, mp->d); /* |x'|^2 / 2 */
+        float sqs = mp->sqs;
+        switch (mp->kernel) {
+        case FAVOR_POSITIVE:
+            for (l = 0; l < m; ++l) u[l] = u[l] * sqs - h;
+            r[i] = favor__maxval(u, m);
+            break;
+        case FAVOR_HYPERBOLIC:
+            for (l = 0; l < m; ++l) {
+                float a = u[l] * sqs;
+                u[l] = a - h;
+                u[m + l] = -a - h;
+            }
+            r[i] = favor__maxval(u, 2 * m);
+            break;
+        case FAVOR_TRIG:
+            for (l = 0; l < m; ++l) {
+                float a = u[l] * sqs;
+                u[l] = (float)sin((double)a);
+                u[m + l] = (float)cos((double)a);
+            }
+            r[i] = h;
+            break;
+        case FAVOR_RELU: {
+            float inv = 1.0f / (float)sqrt((double)m);
+            for (l = 0; l < m; ++l) {
+                float a = u[l] * sqs;
+                u[l] = (a > 0.0f ? a : 0.0f) * inv + 1e-3f;
+            }
+            r[i] = 0.0f;
+            break;
+        }
+        case FAVOR_ELU1:
+            break;
+        }
+    }
+}
+
+/* apply the stabilizers c[i] (per row) to raw features; r as from phi_raw */
+static void favor__phi_finish(const favor__map *mp, float *buf, size_t ldb, size_t rows,
+                              const float *r, const float *c)
+{
+    size_t i;
+    if (mp->kernel == FAVOR_POSITIVE || mp->kernel == FAVOR_HYPERBOLIC) {
+        for (i = 0; i < rows; ++i)
+            favor__exp_add(buf + i * ldb, buf + i * ldb, -c[i] - mp->lognorm, mp->width);
+    } else if (mp->kernel == FAVOR_TRIG) {
+        for (i = 0; i < rows; ++i)
+            favor__scal(buf + i * ldb, favor__s_exp(r[i] - c[i] - mp->lognorm + 0.34657359f),
+                        mp->width); /* 1/sqrt(m) = sqrt(2)/sqrt(width): +log(2)/2 */
+    }
+}
+
+/* 4.7 Validation helpers ---------------------------------------------------- */
+static int favor__mul_ok(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+static int favor__add_ok(size_t a, size_t b, size_t *out)
+{
+    if (b > SIZE_MAX - a) return 0;
+    *out = a + b;
+    return 1;
+}
+
+typedef struct {
+    uintptr_t lo, hi; /* byte range [lo, hi) */
+} favor__range;
+
+/* A tensor is valid when its data is non-NULL, every size is non-zero, its rows
+ * do not overlap each other (the smaller stride covers a row, the larger covers
+ * all rows of the smaller) and its byte span fits in size_t and the address
+ * space. The span is returned for the alias checks. */
+static favor_status favor__check_tensor(const favor_tensor *t, favor__range *rg)
+{
+    size_t sa, na, sb, nb, span, tmp, bytes;
+    if (!t || !t->data) return FAVOR_E_NULL;
+    if (!t->heads || !t->rows || !t->cols) return FAVOR_E_SHAPE;
+    /* (sa, na) the smaller stride, (sb, nb) the larger, ignoring count-1 axes */
+    if (t->rows > 1 && (t->heads == 1 || t->row_stride <= t->head_stride)) {
+        sa = t->row_stride; na = t->rows; sb = t->head_stride; nb = t->heads;
+    } else {
+        sa = t->head_stride; na = t->heads; sb = t->row_stride; nb = t->rows;
+    }
+    if (na > 1 && sa < t->cols) return FAVOR_E_SHAPE;
+    if (nb > 1) {
+        if (!favor__mul_ok(na - 1, sa, &tmp) || !favor__add_ok(tmp, t->cols, &tmp))
+            return FAVOR_E_OVERFLOW;
+        if (sb < tmp) return FAVOR_E_SHAPE;
+    }
+    if (!favor__mul_ok(t->heads - 1, t->head_stride, &span) ||
+        !favor__mul_ok(t->rows - 1, t->row_stride, &tmp) || !favor__add_ok(span, tmp, &span) ||
+        !favor__add_ok(span, t->cols, &span) || !favor__mul_ok(span, sizeof(float), &bytes))
+        return FAVOR_E_OVERFLOW;
+    if ((uintptr_t)t->data > UINTPTR_MAX - bytes) return FAVOR_E_OVERFLOW;
+    rg->lo = (uintptr_t)t->data;
+    rg->hi = rg->lo + bytes;
+    return FAVOR_OK;
+}
+
+static int favor__overlap(favor__range a, favor__range b) { return a.lo < b.hi && b.lo < a.hi; }
+
+static favor__range favor__range_of(const void *p, size_t bytes)
+{
+    favor__range r;
+    r.lo = (uintptr_t)p;
+    r.hi = r.lo + bytes;
+    return r;
+}
+
+static favor_status favor__check_options(const favor_options *o)
+{
+    if (!o) return FAVOR_OK;
+    if (o->flags & ~FAVOR_CAUSAL) return FAVOR_E_ARG;
+    if (!(o->scale >= 0.0f) || !(o->scale <= FLT_MAX)) return FAVOR_E_ARG; /* NaN, < 0, inf */
+    if (o->threads < 0) return FAVOR_E_ARG;
+    return FAVOR_OK;
+}
+
+static int favor__kernel_ok(int k) { return k >= FAVOR_ELU1 && k <= FAVOR_RELU; }
+
+static favor_status favor__check_features(const favor_features *f)
+{
+    if (!f) return FAVOR_E_NULL;
+    if (!favor__kernel_ok((int)f->kernel) || (f->flags & ~(FAVOR_IID | FAVOR_REGULAR_NORM)))
+        return FAVOR_E_ARG;
+    if (!f->dim || !f->count) return FAVOR_E_SHAPE;
+    if (f->kernel == FAVOR_ELU1) {
+        if (f->count != f->dim) return FAVOR_E_SHAPE;
+    } else if (!f->w || !f->wt) {
+        return FAVOR_E_NULL;
+    }
+    if (!(f->scale > 0.0f) || !(f->scale <= FLT_MAX)) return FAVOR_E_ARG;
+    return FAVOR_OK;
+}
+
+/* The q, k, v, out quartet of an attention call: shapes and aliasing. */
+typedef struct {
+    favor__range q, k, v, o;
+    size_t hq, hkv, n, nk, d, dv;
+} favor__shape;
+
+static favor_status favor__check_qkvo(const favor_tensor *q, const favor_tensor *k,
+                                      const favor_tensor *v, const favor_tensor *o,
+                                      favor__shape *sh)
+{
+    favor_status st;
+    if (!q || !k || !v || !o) return FAVOR_E_NULL;
+    if ((st = favor__check_tensor(q, &sh->q)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(k, &sh->k)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(v, &sh->v)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(o, &sh->o)) != FAVOR_OK) return st;
+    if (k->cols != q->cols || v->rows != k->rows || v->heads != k->heads ||
+        q->heads % k->heads != 0 || o->heads != q->heads || o->rows != q->rows ||
+        o->cols != v->cols)
+        return FAVOR_E_SHAPE;
+    if (favor__overlap(sh->o, sh->q) || favor__overlap(sh->o, sh->k) ||
+        favor__overlap(sh->o, sh->v))
+        return FAVOR_E_ALIAS;
+    sh->hq = q->heads;
+    sh->hkv = k->heads;
+    sh->n = q->rows;
+    sh->nk = k->rows;
+    sh->d = q->cols;
+    sh->dv = v->cols;
+    return FAVOR_OK;
+}
+
+/* Workspace: the caller's (checked for size and overlap) or an allocation. */
+static favor_status favor__ws_get(const favor_options *o, size_t floats, const favor__shape *sh,
+                                  float **ws, int *owned)
+{
+    size_t bytes;
+    *owned = 0;
+    *ws = NULL;
+    if (!favor__mul_ok(floats, sizeof(float), &bytes)) return FAVOR_E_OVERFLOW;
+    if (o && o->workspace) {
+        favor__range r;
+        if (o->workspace_size < bytes) return FAVOR_E_WORKSPACE;
+        if ((uintptr_t)o->workspace > UINTPTR_MAX - bytes) return FAVOR_E_OVERFLOW;
+        r = favor__range_of(o->workspace, bytes);
+        if (sh && (favor__overlap(r, sh->q) || favor__overlap(r, sh->k) ||
+                   favor__overlap(r, sh->v) || favor__overlap(r, sh->o)))
+            return FAVOR_E_ALIAS;
+        *ws = (float *)o->workspace;
+        return FAVOR_OK;
+    }
+#ifdef FAVOR_NO_MALLOC
+    return FAVOR_E_WORKSPACE;
+#else
+    *ws = (float *)FAVOR_MALLOC(bytes ? bytes : 1);
+    if (!*ws) return FAVOR_E_NOMEM;
+    *owned = 1;
+    return FAVOR_OK;
+#endif
+}
+
+static void favor__ws_put(float *ws, int owned)
+{
+#ifdef FAVOR_NO_MALLOC
+    (void)ws;
+    (void)owned;
+#else
+    if (owned) FAVOR_FREE(ws);
+#endif
+}
+
+/* 4.8 Operations: small public functions -------------------------------------- */
+FAVOR_API const char *favor_status_string(favor_status s)
+{
+    switch (s) {
+    case FAVOR_OK: return "FAVOR_OK: success";
+    case FAVOR_E_NULL: return "FAVOR_E_NULL: a required pointer is NULL";
+    case FAVOR_E_SHAPE: return "FAVOR_E_SHAPE: a size is zero, a stride is below the row, or shapes do not match";
+    case FAVOR_E_OVERFLOW: return "FAVOR_E_OVERFLOW: a size or offset overflows";
+    case FAVOR_E_ALIAS: return "FAVOR_E_ALIAS: an output overlaps an input";
+    case FAVOR_E_WORKSPACE: return "FAVOR_E_WORKSPACE: workspace too small or missing";
+    case FAVOR_E_NOMEM: return "FAVOR_E_NOMEM: allocation failed";
+    case FAVOR_E_ARG: return "FAVOR_E_ARG: unknown kernel, flag or role, or a bad scale or thread count";
+    }
+    return "favor: unknown status";
+}
+
+FAVOR_API const char *favor_backend(void)
+{
+#if FAVOR_SIMD == FAVOR_AVX2
+    return "avx2";
+#elif FAVOR_SIMD == FAVOR_NEON
+    return "neon";
+#else
+    return "scalar";
+#endif
+}
+
+FAVOR_API favor_tensor favor_tensor_packed(float *data, size_t heads, size_t rows, size_t cols)
+{
+    favor_tensor t;
+    t.data = data;
+    t.heads = heads;
+    t.rows = rows;
+    t.cols = cols;
+    t.row_stride = cols;
+    t.head_stride = rows * cols; /* an overflow here is caught by validation */
+    if (cols && t.head_stride / cols != rows) t.head_stride = SIZE_MAX;
+    return t;
+}
+
+FAVOR_API favor_options favor_default_options(void)
+{
+    favor_options o;
+    o.flags = 0;
+    o.scale = 0.0f;
+    o.threads = 0;
+    o.workspace = NULL;
+    o.workspace_size = 0;
+    return o;
+}
+
+FAVOR_API size_t favor_features_floats(favor_kernel kernel, size_t dim, size_t count)
+{
+    size_t n;
+    if (!favor__kernel_ok((int)kernel) || !dim) return 0;
+    if (kernel == FAVOR_ELU1) return 0;
+    if (!count || !favor__mul_ok(count, dim, &n) || !favor__mul_ok(n, 2, &n) ||
+        !favor__add_ok(n, 2 * dim + 1, &n) || n > SIZE_MAX / sizeof(float))
+        return 0;
+    return n; /* W, W^T, and a d-double scratch row for sampling */
+}
+
+static void favor__features_fill(favor_features *f)
+{
+    size_t m = f->count, d = f->dim;
+    float *scratch = f->wt + m * d;
+    double *x;
+    favor__rng g;
+    /* 8-byte aligned d-double row in the tail of the storage */
+    if ((uintptr_t)scratch % sizeof(double)) ++scratch;
+    x = (double *)(void *)scratch;
+    favor__rng_init(&g, f->seed);
+    favor__draw(&g, m, d, f->flags, x, f->w);
+    favor__transpose(m, d, f->w, d, f->wt, m);
+}
+
+FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kernel, size_t dim,
+                                           size_t count, unsigned flags,
+                                           unsigned long long seed, float *storage)
+{
+    size_t floats;
+    if (!f) return FAVOR_E_NULL;
+    if (!favor__kernel_ok((int)kernel) || (flags & ~(FAVOR_IID | FAVOR_REGULAR_NORM)))
+        return FAVOR_E_ARG;
+    if (!dim) return FAVOR_E_SHAPE;
+    if (kernel == FAVOR_ELU1) {
+        if (count != 0 && count != dim) return FAVOR_E_SHAPE;
+        count = dim;
+    } else {
+        if (!count) return FAVOR_E_SHAPE;
+        floats = favor_features_floats(kernel, dim, count);
+        if (!floats) return FAVOR_E_OVERFLOW;
+        if (!storage) return FAVOR_E_NULL;
+    }
+    f->kernel = kernel;
+    f->flags = flags;
+    f->dim = dim;
+    f->count = count;
+    f->scale = (float)(1.0 / sqrt((double)dim));
+    f->seed = seed;
+    f->w = NULL;
+    f->wt = NULL;
+    if (kernel != FAVOR_ELU1) {
+        f->w = storage;
+        f->wt = storage + count * dim;
+        favor__features_fill(f);
+    }
+    return FAVOR_OK;
+}
+
+FAVOR_API favor_status favor_features_redraw(favor_features *f, unsigned long long seed)
+{
+    favor_status st = favor__check_features(f);
+    if (st != FAVOR_OK) return st;
+    f->seed = seed;
+    if (f->kernel != FAVOR_ELU1) favor__features_fill(f);
+    return FAVOR_OK;
+}
+
+FAVOR_API size_t favor_features_width(const favor_features *f)
+{
+    if (favor__check_features(f) != FAVOR_OK) return 0;
+    return favor__width(f->kernel, f->dim, f->count);
+}
+
+FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_tensor *x,
+                                         const favor_tensor *phi, favor_role role)
+{
+    favor__range rx, rp;
+    favor__map mp;
+    favor_status st;
+    size_t h, i, i0;
+    float r[64], c[64];
+    if (!f || !x || !phi) return FAVOR_E_NULL;
+    if ((st = favor__check_features(f)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(x, &rx)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(phi, &rp)) != FAVOR_OK) return st;
+    if (role != FAVOR_QUERY && role != FAVOR_KEY && role != FAVOR_PLAIN) return FAVOR_E_ARG;
+    favor__map_make(&mp, f, f->scale);
+    if (x->cols != f->dim || phi->cols != mp.width || x->heads != phi->heads ||
+        x->rows != phi->rows)
+        return FAVOR_E_SHAPE;
+    if (favor__overlap(rp, rx) ||
+        (f->w && (favor__overlap(rp, favor__range_of(f->w, f->count * f->dim * sizeof(float))) ||
+                  favor__overlap(rp, favor__range_of(f->wt, f->count * f->dim * sizeof(float))))))
+        return FAVOR_E_ALIAS;
+    for (h = 0; h < x->heads; ++h) {
+        const float *xh = x->data + h * x->head_stride;
+        float *ph = phi->data + h * phi->head_stride;
+        float cmax = -INFINITY;
+        for (i0 = 0; i0 < x->rows; i0 += 64) {
+            size_t nr = x->rows - i0 < 64 ? x->rows - i0 : 64;
+            favor__phi_raw(&mp, xh + i0 * x->row_stride, x->row_stride, nr,
+                           ph + i0 * phi->row_stride, phi->row_stride, r);
+            for (i = 0; i < nr; ++i) {
+                c[i] = role == FAVOR_QUERY ? r[i] : 0.0f;
+                cmax = favor__s_max(r[i], cmax);
+            }
+            if (role != FAVOR_KEY)
+                favor__phi_finish(&mp, ph + i0 * phi->row_stride, phi->row_stride, nr, r, c);
+        }
+        if (role == FAVOR_KEY && favor__stabilized(f->kernel)) {
+            /* second pass: one constant for the whole head */
+            for (i0 = 0; i0 < x->rows; i0 += 64) {
+                size_t nr = x->rows - i0 < 64 ? x->rows - i0 : 64;
+                for (i = 0; i < nr; ++i) {
+                    const float *xi = xh + (i0 + i) * x->row_stride;
+                    c[i] = cmax;
+                    r[i] = mp.half_s * favor__dot(xi, xi, mp.d); /* TRIG needs |x'|^2/2 */
+                }
+                favor__phi_finish(&mp, ph + i0 * phi->row_stride, phi->row_stride, nr, r, c);
+            }
+        }
+    }
+    return FAVOR_OK;
+}
+
+/* 4.9 Exact softmax attention --------------------------------------------------
+ * Online softmax: for a block of BQ query rows, walk the visible keys in tiles of
+ * BK; scores S = (s Q) K^T come from a transposed key tile; each row keeps its
+ * running maximum and (double) sum, rescales its accumulated output when the
+ * maximum rises, and adds exp(S - max) V. Memory: the three tiles, never n x n_k. */
+#define FAVOR__BQ 32
+#define FAVOR__BK 64
+
+static size_t favor__softmax_floats(size_t d)
+{
+    return FAVOR__BQ * d + d * FAVOR__BK + FAVOR__BQ * FAVOR__BK;
+}
+
+/* number of keys query row i sees under the causal rule (bottom-right aligned) */
+static size_t favor__visible(size_t i, size_t n, size_t nk)
+{
+    size_t a = i + 1 + nk;
+    if (a <= n) return 0;
+    a -= n;
+    return a < nk ? a : nk;
+}
+
+static void favor__softmax_head(const float *Q, size_t ldq, const float *K, size_t ldk,
+                                const float *V, size_t ldv, float *O, size_t ldo, size_t n,
+                                size_t nk, size_t d, size_t dv, float s, int causal, float *ws)
+{
+    float *Qs = ws, *Kt = Qs + FAVOR__BQ * d, *S = Kt + d * FAVOR__BK;
+    float mrow[FAVOR__BQ];
+    double lrow[FAVOR__BQ];
+    size_t i0, j0, r, c;
+    for (i0 = 0; i0 < n; i0 += FAVOR__BQ) {
+        size_t nq = n - i0 < FAVOR__BQ ? n - i0 : FAVOR__BQ;
+        size_t kend = causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
+        for (r = 0; r < nq; ++r) {
+            const float *qr = Q + (i0 + r) * ldq;
+            float *orow = O + (i0 + r) * ldo;
+            for (c = 0; c < d; ++c) Qs[r * d + c] = s * qr[c];
+            for (c = 0; c < dv; ++c) orow[c] = 0.0f;
+            mrow[r] = -INFINITY;
+            lrow[r] = 0.0;
+        }
+        for (j0 = 0; j0 < kend; j0 += FAVOR__BK) {
+            size_t nb = kend - j0 < FAVOR__BK ? kend - j0 : FAVOR__BK;
+            favor__transpose(nb, d, K + j0 * ldk, ldk, Kt, FAVOR__BK);
+            favor__gemm(nq, nb, d, Qs, d, Kt, FAVOR__BK, S, FAVOR__BK, 0);
+            for (r = 0; r < nq; ++r) {
+                float *sr = S + r * FAVOR__BK, mnew, alpha;
+                size_t vis = causal ? favor__visible(i0 + r, n, nk) : nk;
+                size_t nv = vis <= j0 ? 0 : (vis - j0 < nb ? vis - j0 : nb);
+                for (c = nv; c < nb; ++c) sr[c] = 0.0f; /* masked */
+                if (nv == 0) continue;
+                mnew = favor__s_max(favor__maxval(sr, nv), mrow[r]);
+                alpha = favor__s_exp(mrow[r] - mnew); /* 0 for the first tile */
+                favor__exp_add(sr, sr, -mnew, nv);
+                lrow[r] = lrow[r] * alpha + favor__sum(sr, nv);
+                if (alpha != 1.0f) favor__scal(O + (i0 + r) * ldo, alpha, dv);
+                mrow[r] = mnew;
+            }
+            favor__gemm(nq, dv, nb, S, FAVOR__BK, V + j0 * ldv, ldv, O + i0 * ldo, ldo, 1);
+        }
+        for (r = 0; r < nq; ++r) /* a row that saw no key stays zero */
+            if (lrow[r] > 0.0) favor__scal(O + (i0 + r) * ldo, (float)(1.0 / lrow[r]), dv);
+    }
+}
+
+FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const favor_tensor *k,
+                                                   const favor_tensor *v,
+                                                   const favor_options *opts)
+{
+    favor__range r;
+    size_t floats;
+    (void)k;
+    (void)v;
+    if (favor__check_options(opts) != FAVOR_OK || !q || favor__check_tensor(q, &r) != FAVOR_OK)
+        return 0;
+    floats = favor__softmax_floats(q->cols);
+    if (floats > SIZE_MAX / sizeof(float) / q->cols) return 0;
+    return floats * sizeof(float);
+}
+
+FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favor_tensor *k,
+                                               const favor_tensor *v, const favor_tensor *out,
+                                               const favor_options *opts)
+{
+    favor__shape sh;
+    favor_status st;
+    float *ws, s;
+    int owned;
+    size_t h, grp, floats;
+    if ((st = favor__check_qkvo(q, k, v, out, &sh)) != FAVOR_OK) return st;
+    if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    floats = favor__softmax_floats(sh.d);
+    if (floats / FAVOR__BK < sh.d) return FAVOR_E_OVERFLOW;
+    if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
+    s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
+    grp = sh.hq / sh.hkv;
+    for (h = 0; h < sh.hq; ++h) {
+        size_t g = h / grp;
+        favor__softmax_head(q->data + h * q->head_stride, q->row_stride,
+                            k->data + g * k->head_stride, k->row_stride,
+                            v->data + g * v->head_stride, v->row_stride,
+                            out->data + h * out->head_stride, out->row_stride, sh.n, sh.nk,
+                            sh.d, sh.dv, s, opts && (opts->flags & FAVOR_CAUSAL), ws);
+    }
+    favor__ws_put(ws, owned);
+    return FAVOR_OK;
+}
+
+/* 4.10 Linear attention ----------------------------------------------------------
+ * Per key/value head a state S = sum_j phi(k_j) v_j^T (width x d_v) and
+ * z = sum_j phi(k_j), both stored scaled by exp(-c). Keys are processed in chunks
+ * of C rows. Non-causal: absorb every chunk (c rises to the running maximum of
+ * the keys' log-scales, rescaling S and z), then o_i = phi(q_i)S / phi(q_i)z.
+ * Causal: key j of a chunk is stabilized with m_j, the running maximum over keys
+ * <= j only, so nothing depends on a later key; row i of the chunk is
+ *   o_i = (e_i phi(q_i)S + sum_{j<=i} a_ij v_j) / (e_i phi(q_i)z + sum_{j<=i} a_ij),
+ *   a_ij = phi(q_i).phi(k_j) exp(m_j - m_i),   e_i = exp(c - m_i),
+ * and the chunk is then absorbed. A step is a chunk of one row. */
+#define FAVOR__CHUNK 64
+
+typedef struct {
+    float *kf, *kt, *qf, *a, *rk, *mk, *rq;
+    size_t cap; /* C: rows of the chunk buffers */
+} favor__chunk;
+
+static size_t favor__chunk_floats(size_t C, size_t w) { return 3 * C * w + C * C + 3 * C; }
+
+static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
+{
+    cb->cap = C;
+    cb->kf = p; p += C * w;
+    cb->kt = p; p += w * C;
+    cb->qf = p; p += C * w;
+    cb->a = p; p += C * C;
+    cb->rk = p; p += C;
+    cb->mk = p; p += C;
+    cb->rq = p;
+}
+
+/* S, z (scaled by exp(-*c)) += the chunk whose transposed features kt (width x nr,
+ * leading dimension ldt) are stabilized at mnew; c becomes mnew. */
+static void favor__state_add(const favor__map *mp, float *S, float *z, float *c, float mnew,
+                             const float *kt, size_t ldt, const float *V, size_t ldv,
+                             size_t nr, size_t dv)
+{
+    size_t l;
+    if (*c != mnew) {
+        float e = favor__s_exp(*c - mnew);
+        favor__scal(S, e, mp->width * dv);
+        favor__scal(z, e, mp->width);
+        *c = mnew;
+    }
+    favor__gemm(mp->width, dv, nr, kt, ldt, V, ldv, S, dv, 1);
+    for (l = 0; l < mp->width; ++l) z[l] += favor__sum(kt + l * ldt, nr);
+}
+
+/* absorb nr (<= C) keys, no outputs */
+static void favor__lin_absorb(const favor__map *mp, float *S, float *z, float *c,
+                              const float *K, size_t ldk, const float *V, size_t ldv,
+                              size_t nr, size_t dv, favor__chunk *cb)
+{
+    size_t j, w = mp->width;
+    float mnew;
+    favor__phi_raw(mp, K, ldk, nr, cb->kf, w, cb->rk);
+    mnew = favor__s_max(favor__maxval(cb->rk, nr), *c);
+    for (j = 0; j < nr; ++j) cb->mk[j] = mnew;
+    favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
+    favor__transpose(nr, w, cb->kf, w, cb->kt, cb->cap);
+    favor__state_add(mp, S, z, c, mnew, cb->kt, cb->cap, V, ldv, nr, dv);
+}
+
+/* out row = num / den with the denominator rules of the manual */
+static void favor__divide(const favor__map *mp, float *o, float den, size_t dv)
+{
+    if (mp->kernel == FAVOR_TRIG && fabsf(den) < 1e-20f) den = den < 0.0f ? -1e-20f : 1e-20f;
+    favor__scal(o, den != 0.0f ? 1.0f / den : 0.0f, dv);
+}
+
+/* non-causal outputs of nr (<= C) query rows from a finished state */
+static void favor__lin_output(const favor__map *mp, const float *S, const float *z,
+                              const float *Q, size_t ldq, float *O, size_t ldo, size_t nr,
+                              size_t dv, favor__chunk *cb)
+{
+    size_t i, w = mp->width;
+    favor__phi_raw(mp, Q, ldq, nr, cb->qf, w, cb->rq);
+    favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
+    favor__gemm(nr, dv, w, cb->qf, w, S, dv, O, ldo, 0);
+    for (i = 0; i < nr; ++i) favor__divide(mp, O + i * ldo, favor__dot(cb->qf + i * w, z, w), dv);
+}
+
+/* A group of query heads sharing one key/value head: head t's rows start at
+ * Q + t*qhs (out: O + t*ohs). */
+typedef struct {
+    const float *Q;
+    size_t qhs, ldq;
+    float *O;
+    size_t ohs, ldo, count;
+} favor__qgroup;
+
+/* causal chunk: nr (<= C) aligned query rows and keys, then absorb the keys */
+static void favor__lin_causal_chunk(const favor__map *mp, float *S, float *z, float *c,
+                                    const float *K, size_t ldk, const float *V, size_t ldv,
+                                    size_t nr, size_t dv, const favor__qgroup *qg,
+                                    favor__chunk *cb)
+{
+    size_t i, j, t, l, w = mp->width, C = cb->cap;
+    int stab = favor__stabilized(mp->kernel);
+    float mrun = *c;
+    favor__phi_raw(mp, K, ldk, nr, cb->kf, w, cb->rk);
+    for (j = 0; j < nr; ++j) cb->mk[j] = mrun = favor__s_max(cb->rk[j], mrun);
+    favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
+    favor__transpose(nr, w, cb->kf, w, cb->kt, C);
+    for (t = 0; t < qg->count; ++t) {
+        const float *Q = qg->Q + t * qg->qhs;
+        float *O = qg->O + t * qg->ohs;
+        favor__phi_raw(mp, Q, qg->ldq, nr, cb->qf, w, cb->rq);
+        favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
+        favor__gemm(nr, nr, w, cb->qf, w, cb->kt, C, cb->a, C, 0);
+        favor__gemm(nr, dv, w, cb->qf, w, S, dv, O, qg->ldo, 0);
+        for (i = 0; i < nr; ++i) {
+            float *ai = cb->a + i * C, *oi = O + i * qg->ldo;
+            float e = favor__s_exp(*c - cb->mk[i]), den;
+            if (stab)
+                for (j = 0; j < i; ++j) ai[j] *= favor__s_exp(cb->mk[j] - cb->mk[i]);
+            for (j = i + 1; j < nr; ++j) ai[j] = 0.0f; /* future keys */
+            den = e * favor__dot(cb->qf + i * w, z, w) + favor__sum(ai, i + 1);
+            cb->rq[i] = den;
+            favor__scal(oi, e, dv);
+        }
+        favor__gemm(nr, dv, nr, cb->a, C, V, ldv, O, qg->ldo, 1);
+        for (i = 0; i < nr; ++i) favor__divide(mp, O + i * qg->ldo, cb->rq[i], dv);
+    }
+    /* bring every key of the chunk to the chunk's final maximum, then absorb */
+    if (stab)
+        for (j = 0; j + 1 < nr; ++j) {
+            float g = favor__s_exp(cb->mk[j] - mrun);
+            if (g != 1.0f)
+                for (l = 0; l < w; ++l) cb->kt[l * C + j] *= g;
+        }
+    favor__state_add(mp, S, z, c, mrun, cb->kt, C, V, ldv, nr, dv);
+}
+
+/* Causal rows [0, L) of a query group against keys [0, L) after the state. */
+static void favor__lin_causal_run(const favor__map *mp, float *S, float *z, float *c,
+                                  const float *K, size_t ldk, const float *V, size_t ldv,
+                                  size_t L, size_t dv, favor__qgroup qg, favor__chunk *cb)
+{
+    size_t t0;
+    for (t0 = 0; t0 < L; t0 += cb->cap) {
+        size_t nr = L - t0 < cb->cap ? L - t0 : cb->cap;
+        favor__qgroup g = qg;
+        g.Q = qg.Q + t0 * qg.ldq;
+        g.O = qg.O + t0 * qg.ldo;
+        favor__lin_causal_chunk(mp, S, z, c, K + t0 * ldk, ldk, V + t0 * ldv, ldv, nr, dv, &g,
+                                cb);
+    }
+}
+
+static favor_status favor__check_linear(const favor_features *f, const favor_tensor *q,
+                                        const favor_tensor *k, const favor_tensor *v,
+                                        const favor_tensor *out, const favor_options *opts,
+                                        favor__shape *sh)
+{
+    favor_status st;
+    if (!f) return FAVOR_E_NULL;
+    if ((st = favor__check_qkvo(q, k, v, out, sh)) != FAVOR_OK) return st;
+    if ((st = favor__check_features(f)) != FAVOR_OK) return st;
+    if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if (sh->d != f->dim) return FAVOR_E_SHAPE;
+    return FAVOR_OK;
+}
+
+/* floats of workspace: one head's S and z, and the chunk buffers */
+static size_t favor__linear_floats(const favor_features *f, size_t dv, int with_state)
+{
+    size_t w = favor__width(f->kernel, f->dim, f->count), n = 0, t;
+    if (with_state && (!favor__mul_ok(w, dv + 1, &n))) return 0;
+    if (w > SIZE_MAX / 4 / FAVOR__CHUNK) return 0;
+    t = favor__chunk_floats(FAVOR__CHUNK, w);
+    if (!favor__add_ok(n, t, &n) || n > SIZE_MAX / sizeof(float)) return 0;
+    return n;
+}
+
+static float favor__linear_scale(const favor_features *f, const favor_options *opts)
+{
+    return (opts && opts->scale > 0.0f) ? opts->scale : f->scale;
+}
+
+FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
+                                                  const favor_tensor *q, const favor_tensor *k,
+                                                  const favor_tensor *v,
+                                                  const favor_options *opts)
+{
+    favor__range r;
+    (void)q;
+    (void)k;
+    if (favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK || !v ||
+        favor__check_tensor(v, &r) != FAVOR_OK)
+        return 0;
+    return favor__linear_floats(f, v->cols, 1) * sizeof(float);
+}
+
+FAVOR_API favor_status favor_linear_attention(const favor_features *f, const favor_tensor *q,
+                                              const favor_tensor *k, const favor_tensor *v,
+                                              const favor_tensor *out,
+                                              const favor_options *opts)
+{
+    favor__shape sh;
+    favor__map mp;
+    favor__chunk cb;
+    favor_status st;
+    float *ws;
+    int owned, causal;
+    size_t g, grp, floats, w, t, i, j0;
+    if ((st = favor__check_linear(f, q, k, v, out, opts, &sh)) != FAVOR_OK) return st;
+    floats = favor__linear_floats(f, sh.dv, 1);
+    if (!floats) return FAVOR_E_OVERFLOW;
+    if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
+    favor__map_make(&mp, f, favor__linear_scale(f, opts));
+    w = mp.width;
+    favor__chunk_carve(&cb, ws + w * (sh.dv + 1), FAVOR__CHUNK, w);
+    causal = opts && (opts->flags & FAVOR_CAUSAL);
+    grp = sh.hq / sh.hkv;
+    for (g = 0; g < sh.hkv; ++g) {
+        const float *K = k->data + g * k->head_stride, *V = v->data + g * v->head_stride;
+        float *S = ws, *z = ws + w * sh.dv, c = -INFINITY;
+        favor__qgroup qg;
+        size_t pre = 0, skip = 0;
+        memset(S, 0, w * (sh.dv + 1) * sizeof(float));
+        qg.Q = q->data + g * grp * q->head_stride;
+        qg.qhs = q->head_stride;
+        qg.ldq = q->row_stride;
+        qg.O = out->data + g * grp * out->head_stride;
+        qg.ohs = out->head_stride;
+        qg.ldo = out->row_stride;
+        qg.count = grp;
+        if (causal) {
+            if (sh.nk >= sh.n) pre = sh.nk - sh.n; /* keys every row sees */
+            else skip = sh.n - sh.nk;              /* rows that see no key */
+        } else {
+            pre = sh.nk;
+        }
+        for (j0 = 0; j0 < pre; j0 += FAVOR__CHUNK) {
+            size_t nr = pre - j0 < FAVOR__CHUNK ? pre - j0 : FAVOR__CHUNK;
+            favor__lin_absorb(&mp, S, z, &c, K + j0 * k->row_stride, k->row_stride,
+                              V + j0 * v->row_stride, v->row_stride, nr, sh.dv, &cb);
+        }
+        if (!causal) {
+            for (t = 0; t < grp; ++t)
+                for (i = 0; i < sh.n; i += FAVOR__CHUNK) {
+                    size_t nr = sh.n - i < FAVOR__CHUNK ? sh.n - i : FAVOR__CHUNK;
+                    favor__lin_output(&mp, S, z, qg.Q + t * qg.qhs + i * qg.ldq, qg.ldq,
+                                      qg.O + t * qg.ohs + i * qg.ldo, qg.ldo, nr, sh.dv, &cb);
+                }
+            continue;
+        }
+        for (t = 0; t < grp; ++t)
+            for (i = 0; i < skip; ++i)
+                memset(qg.O + t * qg.ohs + i * qg.ldo, 0, sh.dv * sizeof(float));
+        qg.Q += skip * qg.ldq;
+        qg.O += skip * qg.ldo;
+        favor__lin_causal_run(&mp, S, z, &c, K + pre * k->row_stride, k->row_stride,
+                              V + pre * v->row_stride, v->row_stride, sh.n - skip, sh.dv, qg,
+                              &cb);
+    }
+    favor__ws_put(ws, owned);
+    return FAVOR_OK;
+}
+
+/* 4.11 The recurrent state ------------------------------------------------------ */
+FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv)
+{
+    size_t w, n, t;
+    if (favor__check_features(f) != FAVOR_OK || !heads || !dv) return 0;
+    w = favor__width(f->kernel, f->dim, f->count);
+    if (!favor__mul_ok(w, dv + 1, &n) || !favor__add_ok(n, 1, &n) ||
+        !favor__mul_ok(n, heads, &n) || w > SIZE_MAX / 8 ||
+        !favor__add_ok(n, favor__chunk_floats(1, w), &n) || n > SIZE_MAX / sizeof(float))
+        return 0;
+    t = n;
+    return t;
+}
+
+FAVOR_API void favor_state_reset(favor_state *st)
+{
+    size_t h;
+    if (!st || !st->s) return;
+    memset(st->s, 0, st->heads * st->width * st->dv * sizeof(float));
+    memset(st->z, 0, st->heads * st->width * sizeof(float));
+    for (h = 0; h < st->heads; ++h) st->c[h] = -INFINITY;
+    st->tokens = 0;
+}
+
+FAVOR_API favor_status favor_state_init(favor_state *st, const favor_features *f, size_t heads,
+                                        size_t dv, float *storage)
+{
+    favor_status s;
+    size_t w;
+    if (!st || !f) return FAVOR_E_NULL;
+    if ((s = favor__check_features(f)) != FAVOR_OK) return s;
+    if (!heads || !dv) return FAVOR_E_SHAPE;
+    if (!favor_state_floats(f, heads, dv)) return FAVOR_E_OVERFLOW;
+    if (!storage) return FAVOR_E_NULL;
+    w = favor__width(f->kernel, f->dim, f->count);
+    st->heads = heads;
+    st->width = w;
+    st->dv = dv;
+    st->dim = f->dim;
+    st->kernel = f->kernel;
+    st->s = storage;
+    st->z = st->s + heads * w * dv;
+    st->c = st->z + heads * w;
+    st->scratch = st->c + heads;
+    favor_state_reset(st);
+    return FAVOR_OK;
+}
+
+static favor_status favor__check_extend(const favor_features *f, const favor_state *st,
+                                        const favor_tensor *q, const favor_tensor *k,
+                                        const favor_tensor *v, const favor_tensor *out,
+                                        const favor_options *opts, favor__shape *sh)
+{
+    favor_status s;
+    favor__range rs;
+    size_t floats;
+    if (!st) return FAVOR_E_NULL;
+    if ((s = favor__check_linear(f, q, k, v, out, opts, sh)) != FAVOR_OK) return s;
+    if (!st->s || !st->z || !st->c || !st->scratch) return FAVOR_E_NULL;
+    if (st->kernel != f->kernel || st->dim != f->dim ||
+        st->width != favor__width(f->kernel, f->dim, f->count) || sh->nk != sh->n ||
+        sh->hkv != st->heads || sh->dv != st->dv)
+        return FAVOR_E_SHAPE;
+    if (opts && (opts->flags & ~FAVOR_CAUSAL)) return FAVOR_E_ARG;
+    floats = favor_state_floats(f, st->heads, st->dv);
+    if (!floats) return FAVOR_E_OVERFLOW;
+    rs = favor__range_of(st->s, floats * sizeof(float));
+    if (favor__overlap(rs, sh->q) || favor__overlap(rs, sh->k) || favor__overlap(rs, sh->v) ||
+        favor__overlap(rs, sh->o))
+        return FAVOR_E_ALIAS;
+    return FAVOR_OK;
+}
+
+/* the causal recurrence over all heads of st, with chunk buffers cb */
+static void favor__extend_run(const favor_features *f, favor_state *st, const favor_tensor *q,
+                              const favor_tensor *k, const favor_tensor *v,
+                              const favor_tensor *out, float scale, favor__chunk *cb)
+{
+    favor__map mp;
+    size_t g, grp = q->heads / st->heads, w = st->width;
+    favor__map_make(&mp, f, scale);
+    for (g = 0; g < st->heads; ++g) {
+        favor__qgroup qg;
+        qg.Q = q->data + g * grp * q->head_stride;
+        qg.qhs = q->head_stride;
+        qg.ldq = q->row_stride;
+        qg.O = out->data + g * grp * out->head_stride;
+        qg.ohs = out->head_stride;
+        qg.ldo = out->row_stride;
+        qg.count = grp;
+        favor__lin_causal_run(&mp, st->s + g * w * st->dv, st->z + g * w, st->c + g,
+                              k->data + g * k->head_stride, k->row_stride,
+                              v->data + g * v->head_stride, v->row_stride, q->rows, st->dv, qg,
+                              cb);
+    }
+    st->tokens += q->rows;
+}
+
+FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const favor_state *st,
+                                               const favor_tensor *q, const favor_tensor *k,
+                                               const favor_tensor *v,
+                                               const favor_options *opts)
+{
+    (void)q;
+    (void)k;
+    (void)v;
+    if (!st || favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK)
+        return 0;
+    return favor__linear_floats(f, st->dv, 0) * sizeof(float);
+}
+
+FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state *st,
+                                           const favor_tensor *q, const favor_tensor *k,
+                                           const favor_tensor *v, const favor_tensor *out,
+                                           const favor_options *opts)
+{
+    favor__shape sh;
+    favor__chunk cb;
+    favor_status s;
+    float *ws;
+    int owned;
+    size_t floats;
+    if ((s = favor__check_extend(f, st, q, k, v, out, opts, &sh)) != FAVOR_OK) return s;
+    floats = favor__linear_floats(f, sh.dv, 0);
+    if (!floats) return FAVOR_E_OVERFLOW;
+    if ((s = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return s;
+    favor__chunk_carve(&cb, ws, FAVOR__CHUNK, st->width);
+    favor__extend_run(f, st, q, k, v, out, favor__linear_scale(f, opts), &cb);
+    favor__ws_put(ws, owned);
+    return FAVOR_OK;
+}
+
+FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *st,
+                                         const favor_tensor *q, const favor_tensor *k,
+                                         const favor_tensor *v, const favor_tensor *out)
+{
+    favor__shape sh;
+    favor__chunk cb;
+    favor_status s;
+    if ((s = favor__check_extend(f, st, q, k, v, out, NULL, &sh)) != FAVOR_OK) return s;
+    if (sh.n != 1) return FAVOR_E_SHAPE;
+    favor__chunk_carve(&cb, st->scratch, 1, st->width);
+    favor__extend_run(f, st, q, k, v, out, f->scale, &cb);
+    return FAVOR_OK;
+}
+
+#endif /* FAVOR_IMPLEMENTATION */
+
+/*
+------------------------------------------------------------------------------
+MIT License
+
+Copyright (c) 2026 the favor.h authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of
+this software and associated documentation files (the "Software"), to deal in
+the Software without restriction, including without limitation the rights to
+use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies
+of the Software, and to permit persons to whom the Software is furnished to do
+so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all
+copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+------------------------------------------------------------------------------
+*/

@@ -1,0 +1,134 @@
+/* Shared helpers of the favor.h tests: a seeded generator, tensors in float and
+ * double, comparisons, and the backend check every test binary runs first. */
+#ifndef FAVOR_TEST_UTIL_H
+#define FAVOR_TEST_UTIL_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "favor.h"
+
+/* splitmix64: a small deterministic generator for test inputs. */
+typedef struct { uint64_t s; } tu_rng;
+
+static inline uint64_t tu_next(tu_rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1). */
+static inline double tu_uniform(tu_rng *r) { return (double)(tu_next(r) >> 11) * 0x1p-53; }
+
+/* Standard normal (Box-Muller). */
+static inline double tu_normal(tu_rng *r)
+{
+    double u1 = tu_uniform(r), u2 = tu_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* n floats, normal with standard deviation sigma. Caller frees. */
+static inline float *tu_normal_floats(tu_rng *r, size_t n, double sigma)
+{
+    float *p = (float *)malloc((n ? n : 1) * sizeof *p);
+    size_t i;
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+    for (i = 0; i < n; ++i) p[i] = (float)(sigma * tu_normal(r));
+    return p;
+}
+
+static inline double *tu_to_double(const float *x, size_t n)
+{
+    double *p = (double *)malloc((n ? n : 1) * sizeof *p);
+    size_t i;
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+    for (i = 0; i < n; ++i) p[i] = x[i];
+    return p;
+}
+
+/* Copy a strided tensor's elements into a packed double array [heads][rows][cols]. */
+static inline double *tu_tensor_to_double(const favor_tensor *t)
+{
+    size_t h, r, c, i = 0;
+    double *p = (double *)malloc((t->heads * t->rows * t->cols ? t->heads * t->rows * t->cols : 1) * sizeof *p);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+    for (h = 0; h < t->heads; ++h)
+        for (r = 0; r < t->rows; ++r)
+            for (c = 0; c < t->cols; ++c)
+                p[i++] = t->data[h * t->head_stride + r * t->row_stride + c];
+    return p;
+}
+
+static inline float tu_at(const favor_tensor *t, size_t h, size_t r, size_t c)
+{
+    return t->data[h * t->head_stride + r * t->row_stride + c];
+}
+
+/* max |t - ref| over a strided tensor and a packed double array. */
+static inline double tu_max_abs_diff(const favor_tensor *t, const double *ref)
+{
+    size_t h, r, c, i = 0;
+    double m = 0;
+    for (h = 0; h < t->heads; ++h)
+        for (r = 0; r < t->rows; ++r)
+            for (c = 0; c < t->cols; ++c, ++i) {
+                double e = fabs((double)tu_at(t, h, r, c) - ref[i]);
+                if (!(e <= m)) m = e; /* NaN propagates as the maximum */
+            }
+    return m;
+}
+
+static inline double tu_max_abs(const double *x, size_t n)
+{
+    double m = 0;
+    size_t i;
+    for (i = 0; i < n; ++i) if (fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
+static inline double tu_max_abs_f(const float *x, size_t n)
+{
+    double m = 0;
+    size_t i;
+    for (i = 0; i < n; ++i) if (fabs((double)x[i]) > m) m = fabs((double)x[i]);
+    return m;
+}
+
+/* 1 when every element is finite. */
+static inline int tu_all_finite(const float *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; ++i) if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* The backend this binary was configured for: CMake passes -DFAVOR_EXPECT_BACKEND. */
+#ifndef FAVOR_EXPECT_BACKEND
+#ifdef FAVOR_NO_SIMD
+#define FAVOR_EXPECT_BACKEND "scalar"
+#endif
+#endif
+
+/* Every test binary calls this first from main(); a misconfigured build fails. */
+static inline int tu_check_backend(void)
+{
+#ifdef FAVOR_EXPECT_BACKEND
+    if (strcmp(favor_backend(), FAVOR_EXPECT_BACKEND) != 0) {
+        fprintf(stderr, "backend is %s, this build expected %s\n", favor_backend(),
+                FAVOR_EXPECT_BACKEND);
+        return 1;
+    }
+#endif
+    printf("backend: %s\n", favor_backend());
+    return 0;
+}
+
+#endif
