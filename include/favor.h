@@ -206,7 +206,7 @@ typedef struct {
     float *wt;           /* dim x count (NULL for ELU1)              */
 } favor_features;
 
-/* Floats of storage favor_features_init() needs: 2*count*dim + 2*dim + 1 for the
+/* Floats of storage favor_features_init() needs: 2*count*dim + 2*dim for the
  * random maps (W, its transpose, a sampling scratch row), 0 for FAVOR_ELU1.
  * Returns 0 as well for arguments init would reject. */
 FAVOR_API size_t favor_features_floats(favor_kernel kernel, size_t dim, size_t count);
@@ -364,6 +364,7 @@ static inline void favor__s_store(float *p, float x) { *p = x; }
 static inline float favor__s_add(float a, float b) { return a + b; }
 static inline float favor__s_sub(float a, float b) { return a - b; }
 static inline float favor__s_mul(float a, float b) { return a * b; }
+static inline float favor__s_div(float a, float b) { return a / b; }
 static inline float favor__s_fma(float a, float b, float c) { return a * b + c; }
 /* max/min return b when either is NaN (as x86 maxps does with its 2nd operand). */
 static inline float favor__s_max(float a, float b) { return a > b ? a : b; }
@@ -392,6 +393,7 @@ typedef favor__su favor__vu;
 #define favor__v_add favor__s_add
 #define favor__v_sub favor__s_sub
 #define favor__v_mul favor__s_mul
+#define favor__v_div favor__s_div
 #define favor__v_fma favor__s_fma
 #define favor__v_max favor__s_max
 #define favor__v_min favor__s_min
@@ -529,6 +531,15 @@ static float favor__maxval(const float *a, size_t n)
     return m;
 }
 
+/* y /= a (not y *= 1/a: 1/a overflows for subnormal a) */
+static void favor__divs(float *y, float a, size_t n)
+{
+    size_t i = 0;
+    favor__vf va = favor__v_set1(a);
+    for (; i + FAVOR__W <= n; i += FAVOR__W) favor__v_store(y + i, favor__v_div(favor__v_load(y + i), va));
+    for (; i < n; ++i) y[i] /= a;
+}
+
 /* y *= a */
 static void favor__scal(float *y, float a, size_t n)
 {
@@ -654,12 +665,23 @@ static double favor__rng_normal(favor__rng *g)
     return u * s;
 }
 
+/* A double in a byte buffer: the sampling scratch row lives in the caller's float
+ * storage, so it is reached through memcpy (no alignment or aliasing demands). */
+static double favor__xget(const unsigned char *xb, size_t i)
+{
+    double v;
+    memcpy(&v, xb + i * sizeof v, sizeof v);
+    return v;
+}
+
+static void favor__xset(unsigned char *xb, size_t i, double v) { memcpy(xb + i * sizeof v, &v, sizeof v); }
+
 /* Fill w (m x d). Orthogonal (default): each block of d rows is Gram-Schmidt of
  * Gaussian rows, in double, projected against the block's earlier rows as
  * stored (so the stored rows are orthogonal up to their own fp32 rounding), then
  * scaled to the norm of an independent Gaussian d-vector (chi(d)) or to sqrt(d).
- * x is a d-double scratch row. */
-static void favor__draw(favor__rng *g, size_t m, size_t d, unsigned flags, double *x,
+ * xb is a d-double scratch row. */
+static void favor__draw(favor__rng *g, size_t m, size_t d, unsigned flags, unsigned char *xb,
                         float *w)
 {
     size_t b, i, j, l;
@@ -669,7 +691,7 @@ static void favor__draw(favor__rng *g, size_t m, size_t d, unsigned flags, doubl
             double nrm, target;
             int tries = 0;
             do {
-                for (l = 0; l < d; ++l) x[l] = favor__rng_normal(g);
+                for (l = 0; l < d; ++l) favor__xset(xb, l, favor__rng_normal(g));
                 if (!(flags & FAVOR_IID)) {
                     int pass; /* twice is enough: orthogonal to double precision */
                     for (pass = 0; pass < 2; ++pass)
@@ -677,15 +699,15 @@ static void favor__draw(favor__rng *g, size_t m, size_t d, unsigned flags, doubl
                             const float *y = w + (b + j) * d;
                             double p = 0.0, yy = 0.0;
                             for (l = 0; l < d; ++l) {
-                                p += x[l] * y[l];
+                                p += favor__xget(xb, l) * y[l];
                                 yy += (double)y[l] * y[l];
                             }
                             p /= yy;
-                            for (l = 0; l < d; ++l) x[l] -= p * y[l];
+                            for (l = 0; l < d; ++l) favor__xset(xb, l, favor__xget(xb, l) - p * y[l]);
                         }
                 }
                 nrm = 0.0;
-                for (l = 0; l < d; ++l) nrm += x[l] * x[l];
+                for (l = 0; l < d; ++l) nrm += favor__xget(xb, l) * favor__xget(xb, l);
                 nrm = sqrt(nrm);
             } while (!(nrm > 1e-6) && ++tries < 64);
             if (flags & FAVOR_REGULAR_NORM) {
@@ -700,7 +722,7 @@ static void favor__draw(favor__rng *g, size_t m, size_t d, unsigned flags, doubl
                 }
                 target = sqrt(c);
             }
-            for (l = 0; l < d; ++l) w[(b + i) * d + l] = (float)(x[l] * (target / nrm));
+            for (l = 0; l < d; ++l) w[(b + i) * d + l] = (float)(favor__xget(xb, l) * (target / nrm));
         }
     }
 }
@@ -906,8 +928,22 @@ static favor_status favor__check_features(const favor_features *f)
 /* The q, k, v, out quartet of an attention call: shapes and aliasing. */
 typedef struct {
     favor__range q, k, v, o;
+    favor__range other[3]; /* W, W^T, the state: nothing may be written over them */
+    int nother;
     size_t hq, hkv, n, nk, d, dv;
 } favor__shape;
+
+/* 1 when r overlaps a tensor or another protected range of sh */
+static int favor__overlaps_any(const favor__shape *sh, favor__range r, int with_out)
+{
+    int i;
+    if (favor__overlap(r, sh->q) || favor__overlap(r, sh->k) || favor__overlap(r, sh->v) ||
+        (with_out && favor__overlap(r, sh->o)))
+        return 1;
+    for (i = 0; i < sh->nother; ++i)
+        if (favor__overlap(r, sh->other[i])) return 1;
+    return 0;
+}
 
 static favor_status favor__check_qkvo(const favor_tensor *q, const favor_tensor *k,
                                       const favor_tensor *v, const favor_tensor *o,
@@ -926,6 +962,7 @@ static favor_status favor__check_qkvo(const favor_tensor *q, const favor_tensor 
     if (favor__overlap(sh->o, sh->q) || favor__overlap(sh->o, sh->k) ||
         favor__overlap(sh->o, sh->v))
         return FAVOR_E_ALIAS;
+    sh->nother = 0;
     sh->hq = q->heads;
     sh->hkv = k->heads;
     sh->n = q->rows;
@@ -935,42 +972,58 @@ static favor_status favor__check_qkvo(const favor_tensor *q, const favor_tensor 
     return FAVOR_OK;
 }
 
-/* Workspace: the caller's (checked for size and overlap) or an allocation. */
-static favor_status favor__ws_get(const favor_options *o, size_t floats, const favor__shape *sh,
-                                  float **ws, int *owned)
+/* Workspace: the caller's (checked for size and overlap) or an allocation. Any
+ * address will do: the buffers are carved from the first 64-byte boundary, and
+ * the sizes the queries report include that slack. 0 means overflow. */
+#define FAVOR__ALIGN 64
+
+static size_t favor__ws_bytes(size_t floats)
 {
     size_t bytes;
-    *owned = 0;
+    if (!floats || !favor__mul_ok(floats, sizeof(float), &bytes) ||
+        !favor__add_ok(bytes, FAVOR__ALIGN, &bytes))
+        return 0;
+    return bytes;
+}
+
+static float *favor__align(void *p)
+{
+    uintptr_t a = (uintptr_t)p, r = a % FAVOR__ALIGN;
+    return (float *)(void *)((unsigned char *)p + (r ? FAVOR__ALIGN - r : 0));
+}
+
+static favor_status favor__ws_get(const favor_options *o, size_t floats, const favor__shape *sh,
+                                  float **ws, void **owned)
+{
+    size_t bytes = favor__ws_bytes(floats);
+    *owned = NULL;
     *ws = NULL;
-    if (!favor__mul_ok(floats, sizeof(float), &bytes)) return FAVOR_E_OVERFLOW;
+    if (!bytes) return FAVOR_E_OVERFLOW;
     if (o && o->workspace) {
         favor__range r;
         if (o->workspace_size < bytes) return FAVOR_E_WORKSPACE;
         if ((uintptr_t)o->workspace > UINTPTR_MAX - bytes) return FAVOR_E_OVERFLOW;
         r = favor__range_of(o->workspace, bytes);
-        if (sh && (favor__overlap(r, sh->q) || favor__overlap(r, sh->k) ||
-                   favor__overlap(r, sh->v) || favor__overlap(r, sh->o)))
-            return FAVOR_E_ALIAS;
-        *ws = (float *)o->workspace;
+        if (sh && favor__overlaps_any(sh, r, 1)) return FAVOR_E_ALIAS;
+        *ws = favor__align(o->workspace);
         return FAVOR_OK;
     }
 #ifdef FAVOR_NO_MALLOC
     return FAVOR_E_WORKSPACE;
 #else
-    *ws = (float *)FAVOR_MALLOC(bytes ? bytes : 1);
-    if (!*ws) return FAVOR_E_NOMEM;
-    *owned = 1;
+    *owned = FAVOR_MALLOC(bytes);
+    if (!*owned) return FAVOR_E_NOMEM;
+    *ws = favor__align(*owned);
     return FAVOR_OK;
 #endif
 }
 
-static void favor__ws_put(float *ws, int owned)
+static void favor__ws_put(void *owned)
 {
 #ifdef FAVOR_NO_MALLOC
-    (void)ws;
     (void)owned;
 #else
-    if (owned) FAVOR_FREE(ws);
+    if (owned) FAVOR_FREE(owned);
 #endif
 }
 
@@ -1031,7 +1084,7 @@ FAVOR_API size_t favor_features_floats(favor_kernel kernel, size_t dim, size_t c
     if (!favor__kernel_ok((int)kernel) || !dim) return 0;
     if (kernel == FAVOR_ELU1) return 0;
     if (!count || !favor__mul_ok(count, dim, &n) || !favor__mul_ok(n, 2, &n) ||
-        !favor__add_ok(n, 2 * dim + 1, &n) || n > SIZE_MAX / sizeof(float))
+        !favor__add_ok(n, 2 * dim, &n) || n > SIZE_MAX / sizeof(float))
         return 0;
     return n; /* W, W^T, and a d-double scratch row for sampling */
 }
@@ -1039,14 +1092,9 @@ FAVOR_API size_t favor_features_floats(favor_kernel kernel, size_t dim, size_t c
 static void favor__features_fill(favor_features *f)
 {
     size_t m = f->count, d = f->dim;
-    float *scratch = f->wt + m * d;
-    double *x;
     favor__rng g;
-    /* 8-byte aligned d-double row in the tail of the storage */
-    if ((uintptr_t)scratch % sizeof(double)) ++scratch;
-    x = (double *)(void *)scratch;
     favor__rng_init(&g, f->seed);
-    favor__draw(&g, m, d, f->flags, x, f->w);
+    favor__draw(&g, m, d, f->flags, (unsigned char *)(f->wt + m * d), f->w);
     favor__transpose(m, d, f->w, d, f->wt, m);
 }
 
@@ -1228,7 +1276,7 @@ FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const 
         return 0;
     floats = favor__softmax_floats(q->cols);
     if (floats > SIZE_MAX / sizeof(float) / q->cols) return 0;
-    return floats * sizeof(float);
+    return favor__ws_bytes(floats);
 }
 
 FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favor_tensor *k,
@@ -1238,7 +1286,7 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     favor__shape sh;
     favor_status st;
     float *ws, s;
-    int owned;
+    void *owned;
     size_t h, grp, floats;
     if ((st = favor__check_qkvo(q, k, v, out, &sh)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
@@ -1255,7 +1303,7 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
                             out->data + h * out->head_stride, out->row_stride, sh.n, sh.nk,
                             sh.d, sh.dv, s, opts && (opts->flags & FAVOR_CAUSAL), ws);
     }
-    favor__ws_put(ws, owned);
+    favor__ws_put(owned);
     return FAVOR_OK;
 }
 
@@ -1326,7 +1374,8 @@ static void favor__lin_absorb(const favor__map *mp, float *S, float *z, float *c
 static void favor__divide(const favor__map *mp, float *o, float den, size_t dv)
 {
     if (mp->kernel == FAVOR_TRIG && fabsf(den) < 1e-20f) den = den < 0.0f ? -1e-20f : 1e-20f;
-    favor__scal(o, den != 0.0f ? 1.0f / den : 0.0f, dv);
+    if (den != 0.0f) favor__divs(o, den, dv);
+    else favor__scal(o, 0.0f, dv);
 }
 
 /* non-causal outputs of nr (<= C) query rows from a finished state */
@@ -1420,6 +1469,11 @@ static favor_status favor__check_linear(const favor_features *f, const favor_ten
     if ((st = favor__check_features(f)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     if (sh->d != f->dim) return FAVOR_E_SHAPE;
+    if (f->w) {
+        sh->other[sh->nother++] = favor__range_of(f->w, f->count * f->dim * sizeof(float));
+        sh->other[sh->nother++] = favor__range_of(f->wt, f->count * f->dim * sizeof(float));
+        if (favor__overlaps_any(sh, sh->o, 0)) return FAVOR_E_ALIAS;
+    }
     return FAVOR_OK;
 }
 
@@ -1450,7 +1504,7 @@ FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
     if (favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK || !v ||
         favor__check_tensor(v, &r) != FAVOR_OK)
         return 0;
-    return favor__linear_floats(f, v->cols, 1) * sizeof(float);
+    return favor__ws_bytes(favor__linear_floats(f, v->cols, 1));
 }
 
 FAVOR_API favor_status favor_linear_attention(const favor_features *f, const favor_tensor *q,
@@ -1463,7 +1517,8 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
     favor__chunk cb;
     favor_status st;
     float *ws;
-    int owned, causal;
+    void *owned;
+    int causal;
     size_t g, grp, floats, w, t, i, j0;
     if ((st = favor__check_linear(f, q, k, v, out, opts, &sh)) != FAVOR_OK) return st;
     floats = favor__linear_floats(f, sh.dv, 1);
@@ -1516,7 +1571,7 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
                               V + pre * v->row_stride, v->row_stride, sh.n - skip, sh.dv, qg,
                               &cb);
     }
-    favor__ws_put(ws, owned);
+    favor__ws_put(owned);
     return FAVOR_OK;
 }
 
@@ -1587,9 +1642,8 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
     floats = favor_state_floats(f, st->heads, st->dv);
     if (!floats) return FAVOR_E_OVERFLOW;
     rs = favor__range_of(st->s, floats * sizeof(float));
-    if (favor__overlap(rs, sh->q) || favor__overlap(rs, sh->k) || favor__overlap(rs, sh->v) ||
-        favor__overlap(rs, sh->o))
-        return FAVOR_E_ALIAS;
+    if (favor__overlaps_any(sh, rs, 1)) return FAVOR_E_ALIAS;
+    sh->other[sh->nother++] = rs;
     return FAVOR_OK;
 }
 
@@ -1628,7 +1682,7 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const fa
     (void)v;
     if (!st || favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK)
         return 0;
-    return favor__linear_floats(f, st->dv, 0) * sizeof(float);
+    return favor__ws_bytes(favor__linear_floats(f, st->dv, 0));
 }
 
 FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state *st,
@@ -1640,7 +1694,7 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
     favor__chunk cb;
     favor_status s;
     float *ws;
-    int owned;
+    void *owned;
     size_t floats;
     if ((s = favor__check_extend(f, st, q, k, v, out, opts, &sh)) != FAVOR_OK) return s;
     floats = favor__linear_floats(f, sh.dv, 0);
@@ -1648,7 +1702,7 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
     if ((s = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return s;
     favor__chunk_carve(&cb, ws, FAVOR__CHUNK, st->width);
     favor__extend_run(f, st, q, k, v, out, favor__linear_scale(f, opts), &cb);
-    favor__ws_put(ws, owned);
+    favor__ws_put(owned);
     return FAVOR_OK;
 }
 

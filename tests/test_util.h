@@ -57,8 +57,8 @@ static inline double *tu_to_double(const float *x, size_t n)
 /* Copy a strided tensor's elements into a packed double array [heads][rows][cols]. */
 static inline double *tu_tensor_to_double(const favor_tensor *t)
 {
-    size_t h, r, c, i = 0;
-    double *p = (double *)malloc((t->heads * t->rows * t->cols ? t->heads * t->rows * t->cols : 1) * sizeof *p);
+    size_t h, r, c, i = 0, cnt = t->heads * t->rows * t->cols;
+    double *p = (double *)malloc((cnt ? cnt : 1) * sizeof *p);
     if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
     for (h = 0; h < t->heads; ++h)
         for (r = 0; r < t->rows; ++r)

@@ -1,0 +1,2 @@
+#define FAVOR_IMPLEMENTATION
+#include "favor.h"
