@@ -103,7 +103,13 @@
  *   FAVOR_STATIC           make every function static (private to this file).
  *   FAVOR_API              linkage of the public functions (default: extern, or
  *                          static under FAVOR_STATIC).
- *   FAVOR_NO_SIMD          force the portable scalar backend.
+ *   FAVOR_SIMD             the backend: FAVOR_SCALAR, FAVOR_AVX2 or FAVOR_NEON.
+ *                          Default: from the compiler's flags: AVX2 when
+ *                          __AVX2__ and __FMA__ (-mavx2 -mfma, -march=native),
+ *                          NEON on AArch64, else scalar. Forcing one the
+ *                          compiler cannot build is an #error.
+ *   FAVOR_NO_SIMD          force the portable scalar backend (same as
+ *                          FAVOR_SIMD=FAVOR_SCALAR).
  *   FAVOR_MALLOC(bytes) / FAVOR_FREE(ptr)   allocator for workspaces the caller
  *                          did not supply (default malloc/free; define both or
  *                          neither).
@@ -142,6 +148,11 @@ typedef enum {
 
 /* A static English name for a status ("FAVOR_E_SHAPE: ..."); never NULL. */
 FAVOR_API const char *favor_status_string(favor_status status);
+
+/* Backends, for FAVOR_SIMD (see the configuration macros). */
+#define FAVOR_SCALAR 0
+#define FAVOR_AVX2 1
+#define FAVOR_NEON 2
 
 /* The backend compiled in: "avx2", "neon" or "scalar". */
 FAVOR_API const char *favor_backend(void);
@@ -340,15 +351,30 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
 #define FAVOR_ASSERT(x) ((void)0)
 #endif
 
-/* 4.1 Backend selection ---------------------------------------------------- */
-#define FAVOR_SCALAR 0
-#define FAVOR_AVX2 1
-#define FAVOR_NEON 2
+/* 4.1 Backend selection ------------------------------------------------------
+ * From the compiler's own predefines unless FAVOR_SIMD or FAVOR_NO_SIMD says
+ * otherwise. Forcing a backend the compiler cannot build is an error. */
 #ifndef FAVOR_SIMD
+#if defined(FAVOR_NO_SIMD)
+#define FAVOR_SIMD FAVOR_SCALAR
+#elif defined(__AVX2__) && defined(__FMA__)
+#define FAVOR_SIMD FAVOR_AVX2
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#define FAVOR_SIMD FAVOR_NEON
+#else
 #define FAVOR_SIMD FAVOR_SCALAR
 #endif
-#if FAVOR_SIMD != FAVOR_SCALAR
-#error "favor.h: this version has only the scalar backend (FAVOR_SIMD=FAVOR_SCALAR)"
+#endif
+#if FAVOR_SIMD == FAVOR_AVX2
+#if !(defined(__AVX2__) && defined(__FMA__))
+#error "favor.h: FAVOR_SIMD=FAVOR_AVX2 needs AVX2 and FMA: compile with -mavx2 -mfma (or -march=native on such a CPU)"
+#endif
+#elif FAVOR_SIMD == FAVOR_NEON
+#if !(defined(__ARM_NEON) && defined(__aarch64__))
+#error "favor.h: FAVOR_SIMD=FAVOR_NEON needs an AArch64 target (NEON is always on there; no flags needed)"
+#endif
+#elif FAVOR_SIMD != FAVOR_SCALAR
+#error "favor.h: FAVOR_SIMD must be FAVOR_SCALAR, FAVOR_AVX2 or FAVOR_NEON"
 #endif
 
 /* 4.2 The vector layer ------------------------------------------------------
@@ -383,7 +409,87 @@ static inline float favor__s_pos_select(float x, float a, float b) { return x > 
 static inline float favor__s_hsum(float x) { return x; }
 static inline float favor__s_hmax(float x) { return x; }
 
-#if FAVOR_SIMD == FAVOR_SCALAR
+#if FAVOR_SIMD == FAVOR_AVX2
+/* AVX2 + FMA: 8 lanes. max/min keep maxps' rule (NaN in either -> 2nd operand),
+ * which is what the scalar a > b ? a : b does. */
+#include <immintrin.h>
+#define FAVOR__W 8
+typedef __m256 favor__vf;
+typedef __m256i favor__vu;
+#define favor__v_set1(x) _mm256_set1_ps(x)
+#define favor__v_load(p) _mm256_loadu_ps(p)
+#define favor__v_store(p, x) _mm256_storeu_ps((p), (x))
+#define favor__v_add(a, b) _mm256_add_ps((a), (b))
+#define favor__v_sub(a, b) _mm256_sub_ps((a), (b))
+#define favor__v_mul(a, b) _mm256_mul_ps((a), (b))
+#define favor__v_div(a, b) _mm256_div_ps((a), (b))
+#define favor__v_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define favor__v_max(a, b) _mm256_max_ps((a), (b))
+#define favor__v_min(a, b) _mm256_min_ps((a), (b))
+#define favor__v_asint(x) _mm256_castps_si256(x)
+#define favor__v_asfloat(x) _mm256_castsi256_ps(x)
+#define favor__v_iadd(a, b) _mm256_add_epi32((a), (b))
+#define favor__v_isub(a, b) _mm256_sub_epi32((a), (b))
+#define favor__v_iset1(a) _mm256_set1_epi32((int)(a))
+#define favor__v_srli(a, n) _mm256_srli_epi32((a), (n))
+#define favor__v_slli(a, n) _mm256_slli_epi32((a), (n))
+static inline favor__vf favor__v_nanpass(favor__vf x, favor__vf y)
+{
+    return _mm256_blendv_ps(y, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf b)
+{
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
+}
+static inline float favor__v_hsum(favor__vf x)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline float favor__v_hmax(favor__vf x)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#elif FAVOR_SIMD == FAVOR_NEON
+/* NEON (AArch64): 4 lanes. vmaxq/vminq would turn a NaN in either operand into
+ * NaN; max/min are written as selects so every backend follows one rule. */
+#include <arm_neon.h>
+#define FAVOR__W 4
+typedef float32x4_t favor__vf;
+typedef uint32x4_t favor__vu;
+#define favor__v_set1(x) vdupq_n_f32(x)
+#define favor__v_load(p) vld1q_f32(p)
+#define favor__v_store(p, x) vst1q_f32((p), (x))
+#define favor__v_add(a, b) vaddq_f32((a), (b))
+#define favor__v_sub(a, b) vsubq_f32((a), (b))
+#define favor__v_mul(a, b) vmulq_f32((a), (b))
+#define favor__v_div(a, b) vdivq_f32((a), (b))
+#define favor__v_fma(a, b, c) vfmaq_f32((c), (a), (b))
+static inline favor__vf favor__v_max(favor__vf a, favor__vf b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
+static inline favor__vf favor__v_min(favor__vf a, favor__vf b) { return vbslq_f32(vcltq_f32(a, b), a, b); }
+#define favor__v_asint(x) vreinterpretq_u32_f32(x)
+#define favor__v_asfloat(x) vreinterpretq_f32_u32(x)
+#define favor__v_iadd(a, b) vaddq_u32((a), (b))
+#define favor__v_isub(a, b) vsubq_u32((a), (b))
+#define favor__v_iset1(a) vdupq_n_u32(a)
+#define favor__v_srli(a, n) vshrq_n_u32((a), (n))
+#define favor__v_slli(a, n) vshlq_n_u32((a), (n))
+static inline favor__vf favor__v_nanpass(favor__vf x, favor__vf y)
+{
+    return vbslq_f32(vceqq_f32(x, x), y, vaddq_f32(x, x));
+}
+static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf b)
+{
+    return vbslq_f32(vcgtq_f32(x, vdupq_n_f32(0.0f)), a, b);
+}
+static inline float favor__v_hsum(favor__vf x) { return vaddvq_f32(x); }
+static inline float favor__v_hmax(favor__vf x) { return vmaxvq_f32(x); }
+#else
 #define FAVOR__W 1
 typedef float favor__vf;
 typedef favor__su favor__vu;
