@@ -34,21 +34,9 @@
 #include "test_util.h"
 #include "test_views.h"
 
-static const favor_kernel kernels[] = { FAVOR_ELU1, FAVOR_POSITIVE, FAVOR_HYPERBOLIC,
-                                        FAVOR_TRIG, FAVOR_RELU };
+static const favor_kernel kernels[] = TU_ALL_KERNELS;
 #define NKERNELS (sizeof kernels / sizeof kernels[0])
-
-static const char *kernel_name(favor_kernel k)
-{
-    switch (k) {
-    case FAVOR_ELU1: return "ELU1";
-    case FAVOR_POSITIVE: return "POSITIVE";
-    case FAVOR_HYPERBOLIC: return "HYPERBOLIC";
-    case FAVOR_TRIG: return "TRIG";
-    case FAVOR_RELU: return "RELU";
-    }
-    return "?";
-}
+#define kernel_name tu_kernel_name
 
 /* Features of `kernel` (count m; ELU1 ignores m) with storage the caller frees. */
 static favor_status make_features(favor_features *f, favor_kernel kernel, size_t d, size_t m,

@@ -110,6 +110,21 @@ static inline int tu_all_finite(const float *x, size_t n)
     return 1;
 }
 
+/* Every kernel, for tests that loop over them, and their names. */
+#define TU_ALL_KERNELS { FAVOR_ELU1, FAVOR_POSITIVE, FAVOR_HYPERBOLIC, FAVOR_TRIG, FAVOR_RELU }
+
+static inline const char *tu_kernel_name(favor_kernel k)
+{
+    switch (k) {
+    case FAVOR_ELU1: return "ELU1";
+    case FAVOR_POSITIVE: return "POSITIVE";
+    case FAVOR_HYPERBOLIC: return "HYPERBOLIC";
+    case FAVOR_TRIG: return "TRIG";
+    case FAVOR_RELU: return "RELU";
+    }
+    return "?";
+}
+
 /* The backend this binary was configured for: CMake passes -DFAVOR_EXPECT_BACKEND. */
 #ifndef FAVOR_EXPECT_BACKEND
 #ifdef FAVOR_NO_SIMD

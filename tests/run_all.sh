@@ -1,0 +1,19 @@
+#!/bin/sh
+# Build and run the whole test suite on every backend this machine can run:
+#   build/          native: forced scalar, and AVX2+FMA where the CPU has it
+#   build-aarch64/  cross-compiled for AArch64: NEON and forced scalar, run under qemu
+# Prerequisites: see README.md. Usage: sh tests/run_all.sh
+set -eu
+cd "$(dirname "$0")/.."
+jobs=${FAVOR_JOBS:-2}
+
+echo "== native build (scalar + SIMD backend of this CPU)"
+cmake -S . -B build
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== AArch64 build (NEON + scalar) under qemu-aarch64"
+cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+      -DFAVOR_BUILD_EXAMPLES=OFF
+cmake --build build-aarch64 -j"$jobs"
+ctest --test-dir build-aarch64 --output-on-failure -j"$jobs"
