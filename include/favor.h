@@ -86,8 +86,12 @@
  * FAVOR+ itself is an estimate of softmax attention whose mean squared error falls
  * as 1/m (tests/test_features.c measures it).
  *
+ * THREADS. Compiled with OpenMP (-fopenmp), softmax attention splits query blocks
+ * and linear attention/extend split key/value heads over favor_options.threads
+ * threads (0: OpenMP's default); results are bit-identical for any thread count.
+ *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
- * needs (independent of the sequence length). Pass a buffer that large in
+ * needs (independent of the sequence length; a slice per thread; any alignment). Pass a buffer that large in
  * favor_options.workspace, or NULL to let the call allocate with FAVOR_MALLOC and
  * free before it returns. Nothing else is allocated and there is no global state:
  * every function is reentrant.
@@ -187,7 +191,9 @@ typedef struct {
     unsigned flags;        /* 0 or FAVOR_CAUSAL                                 */
     float scale;           /* s > 0; 0 = default (1/sqrt(d) for softmax; the
                               features' own scale for linear attention)         */
-    int threads;           /* 0 = default, 1 = single-threaded, n > 1 = up to n  */
+    int threads;           /* 0 = default (OpenMP's), 1 = single-threaded, n > 1
+                              = up to n; threads are used only when compiled
+                              with OpenMP (-fopenmp); results do not depend on it */
     void *workspace;       /* NULL = allocate with FAVOR_MALLOC                  */
     size_t workspace_size; /* bytes at workspace                                 */
 } favor_options;
@@ -295,10 +301,10 @@ typedef struct {
     float *s;            /* heads x width x dv                      */
     float *z;            /* heads x width                           */
     float *c;            /* heads: log-scale of s and z             */
-    float *scratch;      /* 3*width + 4: used by favor_linear_step  */
+    float *scratch;      /* 3*width + 5: used by favor_linear_step  */
 } favor_state;
 
-/* Floats of storage a state needs: heads*(width*(dv+1) + 1) + 3*width + 4.
+/* Floats of storage a state needs: heads*(width*(dv+1) + 1) + 3*width + 5.
  * Returns 0 for arguments favor_state_init would reject. */
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv);
 
@@ -327,9 +333,10 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f,
                                                const favor_tensor *v,
                                                const favor_options *opts);
 
-/* One token for every head: q, k, v, out have one row each. Uses st->scratch, no
- * workspace, no allocation: O(heads width (d + d_v)) time, constant in the
- * number of tokens already absorbed. */
+/* One token for every head: q, k, v, out have one row each; the scale is
+ * f->scale. Uses st->scratch, no workspace, no allocation: O(heads width
+ * (d + d_v)) time, constant in the number of tokens already absorbed. Errors as
+ * favor_linear_extend, plus FAVOR_E_SHAPE when a tensor has more than one row. */
 FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *st,
                                          const favor_tensor *q, const favor_tensor *k,
                                          const favor_tensor *v, const favor_tensor *out);
@@ -595,18 +602,18 @@ static inline favor__vf favor__v_elu1(favor__vf x)
 /* Array forms: y[i] = exp(x[i] + a), y[i] = elu1(x[i]), in place allowed. */
 static void favor__exp_add(float *y, const float *x, float a, size_t n)
 {
-    size_t i = 0;
+    size_t i, nv = n - n % FAVOR__W;
     favor__vf va = favor__v_set1(a);
-    for (; i + FAVOR__W <= n; i += FAVOR__W)
+    for (i = 0; i < nv; i += FAVOR__W)
         favor__v_store(y + i, favor__v_exp(favor__v_add(favor__v_load(x + i), va)));
-    for (; i < n; ++i) y[i] = favor__s_exp(x[i] + a);
+    for (i = nv; i < n; ++i) y[i] = favor__s_exp(x[i] + a);
 }
 
 static void favor__elu1_array(float *y, const float *x, size_t n)
 {
-    size_t i = 0;
-    for (; i + FAVOR__W <= n; i += FAVOR__W) favor__v_store(y + i, favor__v_elu1(favor__v_load(x + i)));
-    for (; i < n; ++i) y[i] = favor__s_elu1(x[i]);
+    size_t i, nv = n - n % FAVOR__W;
+    for (i = 0; i < nv; i += FAVOR__W) favor__v_store(y + i, favor__v_elu1(favor__v_load(x + i)));
+    for (i = nv; i < n; ++i) y[i] = favor__s_elu1(x[i]);
 }
 
 /* 4.4 Small vector kernels --------------------------------------------------- */
@@ -660,58 +667,122 @@ static float favor__maxval(const float *a, size_t n)
 /* y /= a (not y *= 1/a: 1/a overflows for subnormal a) */
 static void favor__divs(float *y, float a, size_t n)
 {
-    size_t i = 0;
+    size_t i, nv = n - n % FAVOR__W;
     favor__vf va = favor__v_set1(a);
-    for (; i + FAVOR__W <= n; i += FAVOR__W) favor__v_store(y + i, favor__v_div(favor__v_load(y + i), va));
-    for (; i < n; ++i) y[i] /= a;
+    for (i = 0; i < nv; i += FAVOR__W) favor__v_store(y + i, favor__v_div(favor__v_load(y + i), va));
+    for (i = nv; i < n; ++i) y[i] /= a;
+}
+
+/* y = max(y, x) elementwise */
+static void favor__vmax(float *y, const float *x, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    for (i = 0; i < nv; i += FAVOR__W)
+        favor__v_store(y + i, favor__v_max(favor__v_load(x + i), favor__v_load(y + i)));
+    for (i = nv; i < n; ++i) y[i] = favor__s_max(x[i], y[i]);
+}
+
+/* y += x elementwise */
+static void favor__vadd(float *y, const float *x, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    for (i = 0; i < nv; i += FAVOR__W)
+        favor__v_store(y + i, favor__v_add(favor__v_load(y + i), favor__v_load(x + i)));
+    for (i = nv; i < n; ++i) y[i] += x[i];
+}
+
+/* y *= x elementwise */
+static void favor__vmul(float *y, const float *x, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    for (i = 0; i < nv; i += FAVOR__W)
+        favor__v_store(y + i, favor__v_mul(favor__v_load(y + i), favor__v_load(x + i)));
+    for (i = nv; i < n; ++i) y[i] *= x[i];
+}
+
+/* y = exp(y - c) elementwise */
+static void favor__exp_sub(float *y, const float *c, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    for (i = 0; i < nv; i += FAVOR__W)
+        favor__v_store(y + i, favor__v_exp(favor__v_sub(favor__v_load(y + i), favor__v_load(c + i))));
+    for (i = nv; i < n; ++i) y[i] = favor__s_exp(y[i] - c[i]);
 }
 
 /* y *= a */
 static void favor__scal(float *y, float a, size_t n)
 {
-    size_t i = 0;
+    size_t i, nv = n - n % FAVOR__W;
     favor__vf va = favor__v_set1(a);
-    for (; i + FAVOR__W <= n; i += FAVOR__W) favor__v_store(y + i, favor__v_mul(favor__v_load(y + i), va));
-    for (; i < n; ++i) y[i] *= a;
+    for (i = 0; i < nv; i += FAVOR__W) favor__v_store(y + i, favor__v_mul(favor__v_load(y + i), va));
+    for (i = nv; i < n; ++i) y[i] *= a;
 }
 
 /* C[M x N] = (acc ? C : 0) + A[M x K] B[K x N]; row-major with leading dimensions.
  * The micro-kernel keeps a tile of up to 4 rows x 2 vectors in registers. */
-#define FAVOR__MR 4
-static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, size_t lda,
-                             const float *B, size_t ldb, float *C, size_t ldc, int acc)
+#define FAVOR__MR 6
+/* The register tile: up to 6 rows x 2 vectors of accumulators (12 of AVX2's 16
+ * registers, with two for B and one for the broadcast A); per k two loads, mr
+ * broadcasts and 2*mr FMAs. Written once with loops over constant bounds: each
+ * call site below passes constants, so the compiler unrolls it and keeps the
+ * accumulators in registers. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FAVOR__INLINE static inline __attribute__((always_inline))
+#else
+#define FAVOR__INLINE static inline
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
+#define FAVOR__UNROLL _Pragma("GCC unroll 8") /* clang unrolls these by itself */
+#else
+#define FAVOR__UNROLL
+#endif
+
+FAVOR__INLINE void favor__tile(const size_t mr, const size_t nv, size_t K, const float *A,
+                               size_t lda, size_t csa, const float *B, size_t ldb, float *C,
+                               size_t ldc, int acc)
 {
-    favor__vf c[FAVOR__MR][2];
+    favor__vf c[FAVOR__MR][2], b[2];
     size_t r, v, k;
-    for (r = 0; r < mr; ++r)
-        for (v = 0; v < nv; ++v)
+    FAVOR__UNROLL for (r = 0; r < mr; ++r)
+        FAVOR__UNROLL for (v = 0; v < nv; ++v)
             c[r][v] = acc ? favor__v_load(C + r * ldc + v * FAVOR__W) : favor__v_set1(0.0f);
-    if (mr == FAVOR__MR && nv == 2) {
-        for (k = 0; k < K; ++k) {
-            const float *b = B + k * ldb;
-            favor__vf b0 = favor__v_load(b), b1 = favor__v_load(b + FAVOR__W), a;
-            a = favor__v_set1(A[k]);
-            c[0][0] = favor__v_fma(a, b0, c[0][0]); c[0][1] = favor__v_fma(a, b1, c[0][1]);
-            a = favor__v_set1(A[lda + k]);
-            c[1][0] = favor__v_fma(a, b0, c[1][0]); c[1][1] = favor__v_fma(a, b1, c[1][1]);
-            a = favor__v_set1(A[2 * lda + k]);
-            c[2][0] = favor__v_fma(a, b0, c[2][0]); c[2][1] = favor__v_fma(a, b1, c[2][1]);
-            a = favor__v_set1(A[3 * lda + k]);
-            c[3][0] = favor__v_fma(a, b0, c[3][0]); c[3][1] = favor__v_fma(a, b1, c[3][1]);
+    for (k = 0; k < K; ++k) {
+        const float *Ak = A + k * csa;
+        FAVOR__UNROLL for (v = 0; v < nv; ++v) b[v] = favor__v_load(B + k * ldb + v * FAVOR__W);
+        FAVOR__UNROLL for (r = 0; r < mr; ++r) {
+            favor__vf a = favor__v_set1(Ak[r * lda]);
+            FAVOR__UNROLL for (v = 0; v < nv; ++v) c[r][v] = favor__v_fma(a, b[v], c[r][v]);
         }
-    } else {
-        for (k = 0; k < K; ++k)
-            for (r = 0; r < mr; ++r) {
-                favor__vf a = favor__v_set1(A[r * lda + k]);
-                for (v = 0; v < nv; ++v)
-                    c[r][v] = favor__v_fma(a, favor__v_load(B + k * ldb + v * FAVOR__W), c[r][v]);
-            }
     }
-    for (r = 0; r < mr; ++r)
-        for (v = 0; v < nv; ++v) favor__v_store(C + r * ldc + v * FAVOR__W, c[r][v]);
+    FAVOR__UNROLL for (r = 0; r < mr; ++r)
+        FAVOR__UNROLL for (v = 0; v < nv; ++v) favor__v_store(C + r * ldc + v * FAVOR__W, c[r][v]);
 }
 
-static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda,
+static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, size_t lda,
+                             size_t csa, const float *B, size_t ldb, float *C, size_t ldc,
+                             int acc)
+{
+    FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 && nv <= 2);
+#define FAVOR__TILE_CASE(n)                                                            \
+    case n:                                                                            \
+        if (nv == 2) favor__tile(n, 2, K, A, lda, csa, B, ldb, C, ldc, acc);           \
+        else favor__tile(n, 1, K, A, lda, csa, B, ldb, C, ldc, acc);                   \
+        break
+    switch (mr) {
+        FAVOR__TILE_CASE(6);
+        FAVOR__TILE_CASE(5);
+        FAVOR__TILE_CASE(4);
+        FAVOR__TILE_CASE(3);
+        FAVOR__TILE_CASE(2);
+        default: FAVOR__TILE_CASE(1);
+    }
+#undef FAVOR__TILE_CASE
+}
+
+/* C[M x N] = (acc ? C : 0) + A B: A is M x K with element (r, k) at
+ * A[r*lda + k*csa] (csa = 1: row-major; lda = 1: A stored transposed), B is K x N
+ * and C is M x N, both row-major with leading dimensions ldb, ldc. */
+static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda, size_t csa,
                         const float *B, size_t ldb, float *C, size_t ldc, int acc)
 {
     size_t i, j, k, r;
@@ -720,24 +791,29 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
         const float *Ai = A + i * lda;
         float *Ci = C + i * ldc;
         for (j = 0; j + 2 * FAVOR__W <= N; j += 2 * FAVOR__W)
-            favor__gemm_tile(mr, 2, K, Ai, lda, B + j, ldb, Ci + j, ldc, acc);
+            favor__gemm_tile(mr, 2, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
         for (; j + FAVOR__W <= N; j += FAVOR__W)
-            favor__gemm_tile(mr, 1, K, Ai, lda, B + j, ldb, Ci + j, ldc, acc);
+            favor__gemm_tile(mr, 1, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
         for (; j < N; ++j) /* columns left over from the vector width */
             for (r = 0; r < mr; ++r) {
-                float s = acc ? Ci[r * ldc + j] : 0.0f;
-                for (k = 0; k < K; ++k) s += Ai[r * lda + k] * B[k * ldb + j];
-                Ci[r * ldc + j] = s;
+                float t = acc ? Ci[r * ldc + j] : 0.0f;
+                for (k = 0; k < K; ++k) t = favor__s_fma(Ai[r * lda + k * csa], B[k * ldb + j], t);
+                Ci[r * ldc + j] = t;
             }
     }
 }
 
-/* dst[c][r] = src[r][c] for an R x Cn block. */
+/* dst[c][r] = src[r][c] for an R x Cn block, in 8 x 8 blocks so that both sides
+ * are walked in short contiguous runs. */
 static void favor__transpose(size_t R, size_t Cn, const float *src, size_t lds, float *dst, size_t ldd)
 {
-    size_t r, c;
-    for (r = 0; r < R; ++r)
-        for (c = 0; c < Cn; ++c) dst[c * ldd + r] = src[r * lds + c];
+    size_t r0, c0, r, c;
+    for (r0 = 0; r0 < R; r0 += 8)
+        for (c0 = 0; c0 < Cn; c0 += 8) {
+            size_t r1 = R - r0 < 8 ? R : r0 + 8, c1 = Cn - c0 < 8 ? Cn : c0 + 8;
+            for (c = c0; c < c1; ++c)
+                for (r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
+        }
 }
 
 /* 4.5 PRNG and sampling ------------------------------------------------------
@@ -908,7 +984,7 @@ static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, siz
         }
         return;
     }
-    favor__gemm(rows, m, mp->d, x, ldx, mp->wt, m, buf, ldb, 0); /* u = W x */
+    favor__gemm(rows, m, mp->d, x, ldx, 1, mp->wt, m, buf, ldb, 0); /* u = W x */
     for (i = 0; i < rows; ++i) {
         float *u = buf + i * ldb;
         const float *xi = x + i * ldx;
@@ -1153,6 +1229,41 @@ static void favor__ws_put(void *owned)
 #endif
 }
 
+/* Threads: with OpenMP (compiled with -fopenmp) a call runs its independent
+ * pieces (softmax: query blocks of every head; linear: key/value heads) on up
+ * to favor_options.threads threads (0: omp_get_max_threads()), each with its own
+ * slice of the workspace. Every piece is computed the same way whichever thread
+ * runs it, so results do not depend on the thread count. Without OpenMP every
+ * call is single-threaded. */
+#ifdef _OPENMP
+#include <omp.h>
+#define FAVOR__TID() ((size_t)omp_get_thread_num())
+#else
+#define FAVOR__TID() ((size_t)0)
+#endif
+
+static size_t favor__nthreads(const favor_options *o)
+{
+#ifdef _OPENMP
+    int t = (o && o->threads > 0) ? o->threads : omp_get_max_threads();
+    return t > 0 ? (size_t)t : 1;
+#else
+    (void)o;
+    return 1;
+#endif
+}
+
+/* floats of workspace for nt slices of `per` floats, each rounded up to 64 bytes
+ * so every slice starts aligned; 0 on overflow */
+static size_t favor__slices(size_t per, size_t nt, size_t *stride)
+{
+    size_t r = (per + FAVOR__ALIGN / sizeof(float) - 1) / (FAVOR__ALIGN / sizeof(float));
+    if (!per || r > SIZE_MAX / (FAVOR__ALIGN / sizeof(float))) return 0;
+    *stride = r * (FAVOR__ALIGN / sizeof(float));
+    if (*stride > SIZE_MAX / nt) return 0;
+    return *stride * nt;
+}
+
 /* 4.8 Operations: small public functions -------------------------------------- */
 FAVOR_API const char *favor_status_string(favor_status s)
 {
@@ -1326,16 +1437,22 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
 }
 
 /* 4.9 Exact softmax attention --------------------------------------------------
- * Online softmax: for a block of BQ query rows, walk the visible keys in tiles of
- * BK; scores S = (s Q) K^T come from a transposed key tile; each row keeps its
- * running maximum and (double) sum, rescales its accumulated output when the
- * maximum rises, and adds exp(S - max) V. Memory: the three tiles, never n x n_k. */
-#define FAVOR__BQ 32
+ * Online softmax, key-major: for a block of BQ query rows (scaled by s and
+ * transposed once, Qt = (sQ)^T, d x BQ), walk the visible keys in tiles of BK.
+ * St = K_tile Qt (BK x BQ) holds one key per row and one query per lane, so the
+ * per-query statistics (running maximum m, sum l) are vectors across the rows of
+ * St: a tile's maximum is an elementwise max of its rows, exp(St - m) is
+ * elementwise, and no horizontal operation or key transpose is needed. When a
+ * query's maximum rises its accumulated output is rescaled; then O += P V with
+ * P = St^T read in place. Masked scores are -inf; a query whose maximum is still
+ * -inf uses -FLT_MAX in the subtraction so exp gives 0, not NaN. Memory: the
+ * tiles, never n x n_k. */
+#define FAVOR__BQ 64
 #define FAVOR__BK 64
 
 static size_t favor__softmax_floats(size_t d)
 {
-    return FAVOR__BQ * d + d * FAVOR__BK + FAVOR__BQ * FAVOR__BK;
+    return d * FAVOR__BQ + FAVOR__BK * FAVOR__BQ + 3 * FAVOR__BQ;
 }
 
 /* number of keys query row i sees under the causal rule (bottom-right aligned) */
@@ -1347,46 +1464,58 @@ static size_t favor__visible(size_t i, size_t n, size_t nk)
     return a < nk ? a : nk;
 }
 
-static void favor__softmax_head(const float *Q, size_t ldq, const float *K, size_t ldk,
-                                const float *V, size_t ldv, float *O, size_t ldo, size_t n,
-                                size_t nk, size_t d, size_t dv, float s, int causal, float *ws)
+/* query rows [i0, i0 + BQ) of one head */
+static void favor__softmax_block(const float *Q, size_t ldq, const float *K, size_t ldk,
+                                 const float *V, size_t ldv, float *O, size_t ldo, size_t n,
+                                 size_t nk, size_t d, size_t dv, float s, int causal, size_t i0,
+                                 float *ws)
 {
-    float *Qs = ws, *Kt = Qs + FAVOR__BQ * d, *S = Kt + d * FAVOR__BK;
-    float mrow[FAVOR__BQ];
-    double lrow[FAVOR__BQ];
-    size_t i0, j0, r, c;
-    for (i0 = 0; i0 < n; i0 += FAVOR__BQ) {
-        size_t nq = n - i0 < FAVOR__BQ ? n - i0 : FAVOR__BQ;
+    const size_t BQ = FAVOR__BQ;
+    float *Qt = ws, *St = Qt + d * BQ, *m = St + FAVOR__BK * BQ, *mc = m + BQ, *ts = mc + BQ;
+    double l[FAVOR__BQ];
+    size_t j0, r, c, j;
+    {
+        size_t nq = n - i0 < BQ ? n - i0 : BQ;
         size_t kend = causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
-        for (r = 0; r < nq; ++r) {
-            const float *qr = Q + (i0 + r) * ldq;
-            float *orow = O + (i0 + r) * ldo;
-            for (c = 0; c < d; ++c) Qs[r * d + c] = s * qr[c];
-            for (c = 0; c < dv; ++c) orow[c] = 0.0f;
-            mrow[r] = -INFINITY;
-            lrow[r] = 0.0;
+        favor__transpose(nq, d, Q + i0 * ldq, ldq, Qt, BQ);
+        for (c = 0; c < d; ++c) {
+            favor__scal(Qt + c * BQ, s, nq);
+            for (r = nq; r < BQ; ++r) Qt[c * BQ + r] = 0.0f;
         }
+        for (r = 0; r < BQ; ++r) {
+            m[r] = -INFINITY;
+            l[r] = 0.0;
+        }
+        for (r = 0; r < nq; ++r) memset(O + (i0 + r) * ldo, 0, dv * sizeof(float));
         for (j0 = 0; j0 < kend; j0 += FAVOR__BK) {
             size_t nb = kend - j0 < FAVOR__BK ? kend - j0 : FAVOR__BK;
-            favor__transpose(nb, d, K + j0 * ldk, ldk, Kt, FAVOR__BK);
-            favor__gemm(nq, nb, d, Qs, d, Kt, FAVOR__BK, S, FAVOR__BK, 0);
-            for (r = 0; r < nq; ++r) {
-                float *sr = S + r * FAVOR__BK, mnew, alpha;
-                size_t vis = causal ? favor__visible(i0 + r, n, nk) : nk;
-                size_t nv = vis <= j0 ? 0 : (vis - j0 < nb ? vis - j0 : nb);
-                for (c = nv; c < nb; ++c) sr[c] = 0.0f; /* masked */
-                if (nv == 0) continue;
-                mnew = favor__s_max(favor__maxval(sr, nv), mrow[r]);
-                alpha = favor__s_exp(mrow[r] - mnew); /* 0 for the first tile */
-                favor__exp_add(sr, sr, -mnew, nv);
-                lrow[r] = lrow[r] * alpha + favor__sum(sr, nv);
-                if (alpha != 1.0f) favor__scal(O + (i0 + r) * ldo, alpha, dv);
-                mrow[r] = mnew;
+            favor__gemm(nb, BQ, d, K + j0 * ldk, ldk, 1, Qt, BQ, St, BQ, 0);
+            if (causal && favor__visible(i0, n, nk) < j0 + nb)
+                for (j = 0; j < nb; ++j) { /* key j0+j is seen from query j0+j+n-nk on */
+                    size_t first = j0 + j + n, lo;
+                    lo = first <= nk + i0 ? 0 : first - nk - i0;
+                    for (r = 0; r < lo && r < BQ; ++r) St[j * BQ + r] = -INFINITY;
+                }
+            memcpy(ts, St, BQ * sizeof(float));
+            for (j = 1; j < nb; ++j) favor__vmax(ts, St + j * BQ, BQ);
+            for (r = 0; r < BQ; ++r) { /* new maximum; alpha = exp(old - new) into ts */
+                float mnew = favor__s_max(ts[r], m[r]);
+                mc[r] = favor__s_max(mnew, -FLT_MAX);
+                ts[r] = m[r] - mc[r];
+                m[r] = mnew;
             }
-            favor__gemm(nq, dv, nb, S, FAVOR__BK, V + j0 * ldv, ldv, O + i0 * ldo, ldo, 1);
+            favor__exp_add(ts, ts, 0.0f, BQ);
+            for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, mc, BQ);
+            for (r = 0; r < nq; ++r)
+                if (ts[r] != 1.0f) favor__scal(O + (i0 + r) * ldo, ts[r], dv);
+            for (r = 0; r < BQ; ++r) l[r] *= ts[r];
+            memcpy(ts, St, BQ * sizeof(float)); /* the tile's sums */
+            for (j = 1; j < nb; ++j) favor__vadd(ts, St + j * BQ, BQ);
+            for (r = 0; r < BQ; ++r) l[r] += ts[r];
+            favor__gemm(nq, dv, nb, St, 1, BQ, V + j0 * ldv, ldv, O + i0 * ldo, ldo, 1);
         }
         for (r = 0; r < nq; ++r) /* a row that saw no key stays zero */
-            if (lrow[r] > 0.0) favor__scal(O + (i0 + r) * ldo, (float)(1.0 / lrow[r]), dv);
+            if (l[r] > 0.0) favor__scal(O + (i0 + r) * ldo, (float)(1.0 / l[r]), dv);
     }
 }
 
@@ -1395,14 +1524,14 @@ FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const 
                                                    const favor_options *opts)
 {
     favor__range r;
-    size_t floats;
+    size_t floats, slice;
     (void)k;
     (void)v;
     if (favor__check_options(opts) != FAVOR_OK || !q || favor__check_tensor(q, &r) != FAVOR_OK)
         return 0;
     floats = favor__softmax_floats(q->cols);
-    if (floats > SIZE_MAX / sizeof(float) / q->cols) return 0;
-    return favor__ws_bytes(floats);
+    if (floats / FAVOR__BQ < q->cols) return 0;
+    return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
 }
 
 FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favor_tensor *k,
@@ -1413,21 +1542,32 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     favor_status st;
     float *ws, s;
     void *owned;
-    size_t h, grp, floats;
+    int causal;
+    long it, items;
+    size_t grp, floats, nt, slice, blocks;
     if ((st = favor__check_qkvo(q, k, v, out, &sh)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     floats = favor__softmax_floats(sh.d);
-    if (floats / FAVOR__BK < sh.d) return FAVOR_E_OVERFLOW;
+    if (floats / FAVOR__BQ < sh.d) return FAVOR_E_OVERFLOW;
+    nt = favor__nthreads(opts);
+    if (!(floats = favor__slices(floats, nt, &slice))) return FAVOR_E_OVERFLOW;
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
+    causal = opts && (opts->flags & FAVOR_CAUSAL);
     grp = sh.hq / sh.hkv;
-    for (h = 0; h < sh.hq; ++h) {
-        size_t g = h / grp;
-        favor__softmax_head(q->data + h * q->head_stride, q->row_stride,
-                            k->data + g * k->head_stride, k->row_stride,
-                            v->data + g * v->head_stride, v->row_stride,
-                            out->data + h * out->head_stride, out->row_stride, sh.n, sh.nk,
-                            sh.d, sh.dv, s, opts && (opts->flags & FAVOR_CAUSAL), ws);
+    blocks = (sh.n + FAVOR__BQ - 1) / FAVOR__BQ;
+    items = (long)(sh.hq * blocks);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
+#endif
+    for (it = 0; it < items; ++it) {
+        size_t h = (size_t)it / blocks, g = h / grp;
+        favor__softmax_block(q->data + h * q->head_stride, q->row_stride,
+                             k->data + g * k->head_stride, k->row_stride,
+                             v->data + g * v->head_stride, v->row_stride,
+                             out->data + h * out->head_stride, out->row_stride, sh.n, sh.nk,
+                             sh.d, sh.dv, s, causal, ((size_t)it % blocks) * FAVOR__BQ,
+                             ws + FAVOR__TID() * slice);
     }
     favor__ws_put(owned);
     return FAVOR_OK;
@@ -1446,11 +1586,11 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
 #define FAVOR__CHUNK 64
 
 typedef struct {
-    float *kf, *kt, *qf, *a, *rk, *mk, *rq;
+    float *kf, *kt, *qf, *a, *rk, *mk, *rq, *g;
     size_t cap; /* C: rows of the chunk buffers */
 } favor__chunk;
 
-static size_t favor__chunk_floats(size_t C, size_t w) { return 3 * C * w + C * C + 3 * C; }
+static size_t favor__chunk_floats(size_t C, size_t w) { return 3 * C * w + C * C + 4 * C; }
 
 static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
 {
@@ -1461,24 +1601,24 @@ static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
     cb->a = p; p += C * C;
     cb->rk = p; p += C;
     cb->mk = p; p += C;
-    cb->rq = p;
+    cb->rq = p; p += C;
+    cb->g = p;
 }
 
-/* S, z (scaled by exp(-*c)) += the chunk whose transposed features kt (width x nr,
- * leading dimension ldt) are stabilized at mnew; c becomes mnew. */
+/* S, z (scaled by exp(-*c)) += the chunk whose features kf (nr x width) are
+ * stabilized at mnew; c becomes mnew. */
 static void favor__state_add(const favor__map *mp, float *S, float *z, float *c, float mnew,
-                             const float *kt, size_t ldt, const float *V, size_t ldv,
-                             size_t nr, size_t dv)
+                             const float *kf, const float *V, size_t ldv, size_t nr, size_t dv)
 {
-    size_t l;
+    size_t j, w = mp->width;
     if (*c != mnew) {
         float e = favor__s_exp(*c - mnew);
         favor__scal(S, e, mp->width * dv);
         favor__scal(z, e, mp->width);
         *c = mnew;
     }
-    favor__gemm(mp->width, dv, nr, kt, ldt, V, ldv, S, dv, 1);
-    for (l = 0; l < mp->width; ++l) z[l] += favor__sum(kt + l * ldt, nr);
+    favor__gemm(w, dv, nr, kf, 1, w, V, ldv, S, dv, 1); /* S += kf^T V, kf read in place */
+    for (j = 0; j < nr; ++j) favor__vadd(z, kf + j * w, w);
 }
 
 /* absorb nr (<= C) keys, no outputs */
@@ -1492,8 +1632,7 @@ static void favor__lin_absorb(const favor__map *mp, float *S, float *z, float *c
     mnew = favor__s_max(favor__maxval(cb->rk, nr), *c);
     for (j = 0; j < nr; ++j) cb->mk[j] = mnew;
     favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
-    favor__transpose(nr, w, cb->kf, w, cb->kt, cb->cap);
-    favor__state_add(mp, S, z, c, mnew, cb->kt, cb->cap, V, ldv, nr, dv);
+    favor__state_add(mp, S, z, c, mnew, cb->kf, V, ldv, nr, dv);
 }
 
 /* out row = num / den with the denominator rules of the manual */
@@ -1512,7 +1651,7 @@ static void favor__lin_output(const favor__map *mp, const float *S, const float 
     size_t i, w = mp->width;
     favor__phi_raw(mp, Q, ldq, nr, cb->qf, w, cb->rq);
     favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
-    favor__gemm(nr, dv, w, cb->qf, w, S, dv, O, ldo, 0);
+    favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, ldo, 0);
     for (i = 0; i < nr; ++i) favor__divide(mp, O + i * ldo, favor__dot(cb->qf + i * w, z, w), dv);
 }
 
@@ -1531,11 +1670,13 @@ static void favor__lin_causal_chunk(const favor__map *mp, float *S, float *z, fl
                                     size_t nr, size_t dv, const favor__qgroup *qg,
                                     favor__chunk *cb)
 {
-    size_t i, j, t, l, w = mp->width, C = cb->cap;
-    int stab = favor__stabilized(mp->kernel);
+    size_t i, j, t, w = mp->width, C = cb->cap;
+    int rising;
     float mrun = *c;
+    FAVOR_ASSERT(nr >= 1 && nr <= C);
     favor__phi_raw(mp, K, ldk, nr, cb->kf, w, cb->rk);
     for (j = 0; j < nr; ++j) cb->mk[j] = mrun = favor__s_max(cb->rk[j], mrun);
+    rising = favor__stabilized(mp->kernel) && cb->mk[0] != mrun; /* else all factors are 1 */
     favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
     favor__transpose(nr, w, cb->kf, w, cb->kt, C);
     for (t = 0; t < qg->count; ++t) {
@@ -1543,29 +1684,29 @@ static void favor__lin_causal_chunk(const favor__map *mp, float *S, float *z, fl
         float *O = qg->O + t * qg->ohs;
         favor__phi_raw(mp, Q, qg->ldq, nr, cb->qf, w, cb->rq);
         favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
-        favor__gemm(nr, nr, w, cb->qf, w, cb->kt, C, cb->a, C, 0);
-        favor__gemm(nr, dv, w, cb->qf, w, S, dv, O, qg->ldo, 0);
+        favor__gemm(nr, nr, w, cb->qf, w, 1, cb->kt, C, cb->a, C, 0);
+        favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, qg->ldo, 0);
         for (i = 0; i < nr; ++i) {
             float *ai = cb->a + i * C, *oi = O + i * qg->ldo;
             float e = favor__s_exp(*c - cb->mk[i]), den;
-            if (stab)
-                for (j = 0; j < i; ++j) ai[j] *= favor__s_exp(cb->mk[j] - cb->mk[i]);
+            if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
+                favor__exp_add(cb->g, cb->mk, -cb->mk[i], i);
+                favor__vmul(ai, cb->g, i);
+            }
             for (j = i + 1; j < nr; ++j) ai[j] = 0.0f; /* future keys */
             den = e * favor__dot(cb->qf + i * w, z, w) + favor__sum(ai, i + 1);
             cb->rq[i] = den;
             favor__scal(oi, e, dv);
         }
-        favor__gemm(nr, dv, nr, cb->a, C, V, ldv, O, qg->ldo, 1);
+        favor__gemm(nr, dv, nr, cb->a, C, 1, V, ldv, O, qg->ldo, 1);
         for (i = 0; i < nr; ++i) favor__divide(mp, O + i * qg->ldo, cb->rq[i], dv);
     }
     /* bring every key of the chunk to the chunk's final maximum, then absorb */
-    if (stab)
-        for (j = 0; j + 1 < nr; ++j) {
-            float g = favor__s_exp(cb->mk[j] - mrun);
-            if (g != 1.0f)
-                for (l = 0; l < w; ++l) cb->kt[l * C + j] *= g;
-        }
-    favor__state_add(mp, S, z, c, mrun, cb->kt, C, V, ldv, nr, dv);
+    if (rising) {
+        favor__exp_add(cb->g, cb->mk, -mrun, nr);
+        for (j = 0; j + 1 < nr; ++j) favor__scal(cb->kf + j * w, cb->g[j], w);
+    }
+    favor__state_add(mp, S, z, c, mrun, cb->kf, V, ldv, nr, dv);
 }
 
 /* Causal rows [0, L) of a query group against keys [0, L) after the state. */
@@ -1627,10 +1768,60 @@ FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
     favor__range r;
     (void)q;
     (void)k;
+    size_t slice;
     if (favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK || !v ||
         favor__check_tensor(v, &r) != FAVOR_OK)
         return 0;
-    return favor__ws_bytes(favor__linear_floats(f, v->cols, 1));
+    return favor__ws_bytes(
+        favor__slices(favor__linear_floats(f, v->cols, 1), favor__nthreads(opts), &slice));
+}
+
+/* one key/value head g and its group of query heads; ws: S, z, chunk buffers */
+static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
+                                 const favor_tensor *k, const favor_tensor *v,
+                                 const favor_tensor *out, const favor__shape *sh, int causal,
+                                 size_t g, float *ws)
+{
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, pre = 0, skip = 0, t, i, j0;
+    const float *K = k->data + g * k->head_stride, *V = v->data + g * v->head_stride;
+    float *S = ws, *z = ws + w * dv, c = -INFINITY;
+    favor__chunk cb;
+    favor__qgroup qg;
+    favor__chunk_carve(&cb, ws + w * (dv + 1), FAVOR__CHUNK, w);
+    memset(S, 0, w * (dv + 1) * sizeof(float));
+    qg.Q = q->data + g * grp * q->head_stride;
+    qg.qhs = q->head_stride;
+    qg.ldq = q->row_stride;
+    qg.O = out->data + g * grp * out->head_stride;
+    qg.ohs = out->head_stride;
+    qg.ldo = out->row_stride;
+    qg.count = grp;
+    if (causal) {
+        if (sh->nk >= sh->n) pre = sh->nk - sh->n; /* keys every row sees */
+        else skip = sh->n - sh->nk;                /* rows that see no key */
+    } else {
+        pre = sh->nk;
+    }
+    for (j0 = 0; j0 < pre; j0 += FAVOR__CHUNK) {
+        size_t nr = pre - j0 < FAVOR__CHUNK ? pre - j0 : FAVOR__CHUNK;
+        favor__lin_absorb(mp, S, z, &c, K + j0 * k->row_stride, k->row_stride,
+                          V + j0 * v->row_stride, v->row_stride, nr, dv, &cb);
+    }
+    if (!causal) {
+        for (t = 0; t < grp; ++t)
+            for (i = 0; i < sh->n; i += FAVOR__CHUNK) {
+                size_t nr = sh->n - i < FAVOR__CHUNK ? sh->n - i : FAVOR__CHUNK;
+                favor__lin_output(mp, S, z, qg.Q + t * qg.qhs + i * qg.ldq, qg.ldq,
+                                  qg.O + t * qg.ohs + i * qg.ldo, qg.ldo, nr, dv, &cb);
+            }
+        return;
+    }
+    for (t = 0; t < grp; ++t)
+        for (i = 0; i < skip; ++i) memset(qg.O + t * qg.ohs + i * qg.ldo, 0, dv * sizeof(float));
+    qg.Q += skip * qg.ldq;
+    qg.O += skip * qg.ldo;
+    favor__lin_causal_run(mp, S, z, &c, K + pre * k->row_stride, k->row_stride,
+                          V + pre * v->row_stride, v->row_stride, sh->n - skip, dv, qg, &cb);
 }
 
 FAVOR_API favor_status favor_linear_attention(const favor_features *f, const favor_tensor *q,
@@ -1640,63 +1831,25 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
 {
     favor__shape sh;
     favor__map mp;
-    favor__chunk cb;
     favor_status st;
     float *ws;
     void *owned;
     int causal;
-    size_t g, grp, floats, w, t, i, j0;
+    long g;
+    size_t floats, nt, slice;
     if ((st = favor__check_linear(f, q, k, v, out, opts, &sh)) != FAVOR_OK) return st;
-    floats = favor__linear_floats(f, sh.dv, 1);
-    if (!floats) return FAVOR_E_OVERFLOW;
+    nt = favor__nthreads(opts);
+    if (!(floats = favor__slices(favor__linear_floats(f, sh.dv, 1), nt, &slice)))
+        return FAVOR_E_OVERFLOW;
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
-    w = mp.width;
-    favor__chunk_carve(&cb, ws + w * (sh.dv + 1), FAVOR__CHUNK, w);
     causal = opts && (opts->flags & FAVOR_CAUSAL);
-    grp = sh.hq / sh.hkv;
-    for (g = 0; g < sh.hkv; ++g) {
-        const float *K = k->data + g * k->head_stride, *V = v->data + g * v->head_stride;
-        float *S = ws, *z = ws + w * sh.dv, c = -INFINITY;
-        favor__qgroup qg;
-        size_t pre = 0, skip = 0;
-        memset(S, 0, w * (sh.dv + 1) * sizeof(float));
-        qg.Q = q->data + g * grp * q->head_stride;
-        qg.qhs = q->head_stride;
-        qg.ldq = q->row_stride;
-        qg.O = out->data + g * grp * out->head_stride;
-        qg.ohs = out->head_stride;
-        qg.ldo = out->row_stride;
-        qg.count = grp;
-        if (causal) {
-            if (sh.nk >= sh.n) pre = sh.nk - sh.n; /* keys every row sees */
-            else skip = sh.n - sh.nk;              /* rows that see no key */
-        } else {
-            pre = sh.nk;
-        }
-        for (j0 = 0; j0 < pre; j0 += FAVOR__CHUNK) {
-            size_t nr = pre - j0 < FAVOR__CHUNK ? pre - j0 : FAVOR__CHUNK;
-            favor__lin_absorb(&mp, S, z, &c, K + j0 * k->row_stride, k->row_stride,
-                              V + j0 * v->row_stride, v->row_stride, nr, sh.dv, &cb);
-        }
-        if (!causal) {
-            for (t = 0; t < grp; ++t)
-                for (i = 0; i < sh.n; i += FAVOR__CHUNK) {
-                    size_t nr = sh.n - i < FAVOR__CHUNK ? sh.n - i : FAVOR__CHUNK;
-                    favor__lin_output(&mp, S, z, qg.Q + t * qg.qhs + i * qg.ldq, qg.ldq,
-                                      qg.O + t * qg.ohs + i * qg.ldo, qg.ldo, nr, sh.dv, &cb);
-                }
-            continue;
-        }
-        for (t = 0; t < grp; ++t)
-            for (i = 0; i < skip; ++i)
-                memset(qg.O + t * qg.ohs + i * qg.ldo, 0, sh.dv * sizeof(float));
-        qg.Q += skip * qg.ldq;
-        qg.O += skip * qg.ldo;
-        favor__lin_causal_run(&mp, S, z, &c, K + pre * k->row_stride, k->row_stride,
-                              V + pre * v->row_stride, v->row_stride, sh.n - skip, sh.dv, qg,
-                              &cb);
-    }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
+#endif
+    for (g = 0; g < (long)sh.hkv; ++g)
+        favor__linear_kvhead(&mp, q, k, v, out, &sh, causal, (size_t)g,
+                             ws + FAVOR__TID() * slice);
     favor__ws_put(owned);
     return FAVOR_OK;
 }
@@ -1774,28 +1927,24 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
 }
 
 /* the causal recurrence over all heads of st, with chunk buffers cb */
-static void favor__extend_run(const favor_features *f, favor_state *st, const favor_tensor *q,
-                              const favor_tensor *k, const favor_tensor *v,
-                              const favor_tensor *out, float scale, favor__chunk *cb)
+/* the causal recurrence of key/value head g of st (and its query heads), with
+ * chunk buffers cb */
+static void favor__extend_head(const favor__map *mp, favor_state *st, const favor_tensor *q,
+                               const favor_tensor *k, const favor_tensor *v,
+                               const favor_tensor *out, size_t g, favor__chunk *cb)
 {
-    favor__map mp;
-    size_t g, grp = q->heads / st->heads, w = st->width;
-    favor__map_make(&mp, f, scale);
-    for (g = 0; g < st->heads; ++g) {
-        favor__qgroup qg;
-        qg.Q = q->data + g * grp * q->head_stride;
-        qg.qhs = q->head_stride;
-        qg.ldq = q->row_stride;
-        qg.O = out->data + g * grp * out->head_stride;
-        qg.ohs = out->head_stride;
-        qg.ldo = out->row_stride;
-        qg.count = grp;
-        favor__lin_causal_run(&mp, st->s + g * w * st->dv, st->z + g * w, st->c + g,
-                              k->data + g * k->head_stride, k->row_stride,
-                              v->data + g * v->head_stride, v->row_stride, q->rows, st->dv, qg,
-                              cb);
-    }
-    st->tokens += q->rows;
+    size_t grp = q->heads / st->heads, w = st->width;
+    favor__qgroup qg;
+    qg.Q = q->data + g * grp * q->head_stride;
+    qg.qhs = q->head_stride;
+    qg.ldq = q->row_stride;
+    qg.O = out->data + g * grp * out->head_stride;
+    qg.ohs = out->head_stride;
+    qg.ldo = out->row_stride;
+    qg.count = grp;
+    favor__lin_causal_run(mp, st->s + g * w * st->dv, st->z + g * w, st->c + g,
+                          k->data + g * k->head_stride, k->row_stride,
+                          v->data + g * v->head_stride, v->row_stride, q->rows, st->dv, qg, cb);
 }
 
 FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const favor_state *st,
@@ -1806,9 +1955,11 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const fa
     (void)q;
     (void)k;
     (void)v;
+    size_t slice;
     if (!st || favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK)
         return 0;
-    return favor__ws_bytes(favor__linear_floats(f, st->dv, 0));
+    return favor__ws_bytes(
+        favor__slices(favor__linear_floats(f, st->dv, 0), favor__nthreads(opts), &slice));
 }
 
 FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state *st,
@@ -1817,17 +1968,27 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
                                            const favor_options *opts)
 {
     favor__shape sh;
-    favor__chunk cb;
+    favor__map mp;
     favor_status s;
     float *ws;
     void *owned;
-    size_t floats;
+    long g;
+    size_t floats, nt, slice;
     if ((s = favor__check_extend(f, st, q, k, v, out, opts, &sh)) != FAVOR_OK) return s;
-    floats = favor__linear_floats(f, sh.dv, 0);
-    if (!floats) return FAVOR_E_OVERFLOW;
+    nt = favor__nthreads(opts);
+    if (!(floats = favor__slices(favor__linear_floats(f, sh.dv, 0), nt, &slice)))
+        return FAVOR_E_OVERFLOW;
     if ((s = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return s;
-    favor__chunk_carve(&cb, ws, FAVOR__CHUNK, st->width);
-    favor__extend_run(f, st, q, k, v, out, favor__linear_scale(f, opts), &cb);
+    favor__map_make(&mp, f, favor__linear_scale(f, opts));
+#ifdef _OPENMP
+#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
+#endif
+    for (g = 0; g < (long)st->heads; ++g) {
+        favor__chunk cb;
+        favor__chunk_carve(&cb, ws + FAVOR__TID() * slice, FAVOR__CHUNK, st->width);
+        favor__extend_head(&mp, st, q, k, v, out, (size_t)g, &cb);
+    }
+    st->tokens += sh.n;
     favor__ws_put(owned);
     return FAVOR_OK;
 }
@@ -1838,11 +1999,15 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
 {
     favor__shape sh;
     favor__chunk cb;
+    favor__map mp;
     favor_status s;
+    size_t g;
     if ((s = favor__check_extend(f, st, q, k, v, out, NULL, &sh)) != FAVOR_OK) return s;
     if (sh.n != 1) return FAVOR_E_SHAPE;
     favor__chunk_carve(&cb, st->scratch, 1, st->width);
-    favor__extend_run(f, st, q, k, v, out, f->scale, &cb);
+    favor__map_make(&mp, f, f->scale);
+    for (g = 0; g < st->heads; ++g) favor__extend_head(&mp, st, q, k, v, out, g, &cb);
+    st->tokens += 1;
     return FAVOR_OK;
 }
 

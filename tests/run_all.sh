@@ -14,6 +14,6 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== AArch64 build (NEON + scalar) under qemu-aarch64"
 cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-      -DFAVOR_BUILD_EXAMPLES=OFF
+      -DFAVOR_BUILD_EXAMPLES=OFF -DFAVOR_BUILD_BENCH=OFF
 cmake --build build-aarch64 -j"$jobs"
 ctest --test-dir build-aarch64 --output-on-failure -j"$jobs"

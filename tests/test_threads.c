@@ -1,0 +1,154 @@
+/* Threads: with OpenMP a call splits its work (softmax: query blocks of every
+ * head; linear attention and extend: key/value heads) over favor_options.threads
+ * threads. Every piece is computed the same way whichever thread runs it, so the
+ * results must be bit-for-bit those of threads = 1, for every method; and the
+ * workspace a call asks for grows with the thread count, never with n. Without
+ * OpenMP (the scalar variants) the same assertions hold trivially and are still
+ * checked. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "test_util.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define H 4
+#define HKV 2
+#define N 300
+#define D 32
+#define DV 24
+#define M 64
+
+static int run_all(int threads, const float *q, const float *k, const float *v, float *out,
+                   size_t per_call)
+{
+    static const favor_kernel kernels[] = TU_ALL_KERNELS;
+    float *qq = (float *)q, *kk = (float *)k, *vv = (float *)v;
+    favor_tensor Q = favor_tensor_packed(qq, H, N, D), K = favor_tensor_packed(kk, HKV, N, D),
+                 V = favor_tensor_packed(vv, HKV, N, DV);
+    favor_options o = favor_default_options();
+    size_t c, ki;
+    o.threads = threads;
+    for (c = 0; c < 2; ++c) {
+        favor_tensor O = favor_tensor_packed(out + (c * 6) * per_call, H, N, DV);
+        o.flags = c ? FAVOR_CAUSAL : 0;
+        if (favor_softmax_attention(&Q, &K, &V, &O, &o) != FAVOR_OK) return 1;
+        for (ki = 0; ki < 5; ++ki) {
+            favor_features f;
+            float *w = (float *)malloc((favor_features_floats(kernels[ki], D, M) + 1) * sizeof *w);
+            favor_tensor Ok = favor_tensor_packed(out + (c * 6 + 1 + ki) * per_call, H, N, DV);
+            if (!w || favor_features_init(&f, kernels[ki], D, kernels[ki] == FAVOR_ELU1 ? D : M, 0,
+                                          7 + ki, w) != FAVOR_OK)
+                return 1;
+            if (favor_linear_attention(&f, &Q, &K, &V, &Ok, &o) != FAVOR_OK) return 1;
+            free(w);
+        }
+    }
+    { /* extend in two blocks */
+        favor_features f;
+        favor_state st;
+        float *w = (float *)malloc(favor_features_floats(FAVOR_POSITIVE, D, M) * sizeof *w), *sto;
+        favor_tensor q1 = Q, k1 = K, v1 = V, o1;
+        if (!w || favor_features_init(&f, FAVOR_POSITIVE, D, M, 0, 3, w) != FAVOR_OK) return 1;
+        sto = (float *)malloc(favor_state_floats(&f, HKV, DV) * sizeof *sto);
+        if (!sto || favor_state_init(&st, &f, HKV, DV, sto) != FAVOR_OK) return 1;
+        o1 = favor_tensor_packed(out + 12 * per_call, H, N, DV);
+        q1.rows = k1.rows = v1.rows = o1.rows = 100;
+        if (favor_linear_extend(&f, &st, &q1, &k1, &v1, &o1, &o) != FAVOR_OK) return 1;
+        q1.data += 100 * D;
+        k1.data += 100 * D;
+        v1.data += 100 * DV;
+        o1.data += 100 * DV;
+        q1.rows = k1.rows = v1.rows = o1.rows = N - 100;
+        if (favor_linear_extend(&f, &st, &q1, &k1, &v1, &o1, &o) != FAVOR_OK) return 1;
+        free(sto);
+        free(w);
+    }
+    return 0;
+}
+
+static void test_threads_identical(void **state)
+{
+    tu_rng r = { 2024 };
+    size_t per = (size_t)H * N * DV, total = 13 * per;
+    float *q = tu_normal_floats(&r, (size_t)H * N * D, 1.0);
+    float *k = tu_normal_floats(&r, (size_t)HKV * N * D, 1.0);
+    float *v = tu_normal_floats(&r, (size_t)HKV * N * DV, 1.0);
+    float *o1 = (float *)calloc(total, sizeof *o1), *o2 = (float *)calloc(total, sizeof *o2);
+    int t;
+    (void)state;
+    assert_non_null(o1);
+    assert_non_null(o2);
+    assert_int_equal(run_all(1, q, k, v, o1, per), 0);
+    assert_true(tu_all_finite(o1, total));
+    for (t = 2; t <= 3; ++t) {
+        memset(o2, 0xff, total * sizeof *o2);
+        assert_int_equal(run_all(t, q, k, v, o2, per), 0);
+        if (memcmp(o1, o2, total * sizeof *o1) != 0) {
+            size_t i;
+            for (i = 0; i < total && o1[i] == o2[i]; ++i) continue;
+            fail_msg("threads = %d differs from threads = 1 at element %zu (%g vs %g)", t, i,
+                     (double)o2[i], (double)o1[i]);
+        }
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(o1);
+    free(o2);
+}
+
+static void test_workspace_scales_with_threads_not_n(void **state)
+{
+    float dummy[64];
+    favor_tensor q = favor_tensor_packed(dummy, 8, 1000, 64), qbig = q, v = q;
+    favor_options o1 = favor_default_options(), o2 = o1;
+    favor_features f;
+    float *w = (float *)malloc(favor_features_floats(FAVOR_POSITIVE, 64, 256) * sizeof *w);
+    size_t s1, s2, l1, l2;
+    (void)state;
+    assert_non_null(w);
+    assert_int_equal(favor_features_init(&f, FAVOR_POSITIVE, 64, 256, 0, 1, w), FAVOR_OK);
+    o1.threads = 1;
+    o2.threads = 2;
+    qbig.rows = 1000000;
+    qbig.head_stride = qbig.rows * qbig.cols;
+    s1 = favor_softmax_attention_workspace(&q, &q, &q, &o1);
+    s2 = favor_softmax_attention_workspace(&q, &q, &q, &o2);
+    assert_true(s1 > 0);
+    assert_int_equal(favor_softmax_attention_workspace(&qbig, &qbig, &qbig, &o1), s1);
+    l1 = favor_linear_attention_workspace(&f, &q, &q, &v, &o1);
+    l2 = favor_linear_attention_workspace(&f, &q, &q, &v, &o2);
+    assert_true(l1 > 0);
+    assert_int_equal(favor_linear_attention_workspace(&f, &qbig, &qbig, &qbig, &o1), l1);
+#ifdef _OPENMP
+    assert_true(s2 > s1 && s2 <= 2 * s1);
+    assert_true(l2 > l1 && l2 <= 2 * l1);
+#else
+    assert_int_equal(s2, s1);
+    assert_int_equal(l2, l1);
+#endif
+    printf("workspace bytes: softmax %zu (1 thread) %zu (2); linear %zu (1) %zu (2)\n", s1, s2,
+           l1, l2);
+    free(w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_threads_identical),
+        cmocka_unit_test(test_workspace_scales_with_threads_not_n),
+    };
+    if (tu_check_backend()) return 1;
+#ifdef _OPENMP
+    printf("OpenMP: %d threads available\n", omp_get_max_threads());
+#else
+    printf("built without OpenMP\n");
+#endif
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
