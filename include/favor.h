@@ -1714,9 +1714,11 @@ static void favor__lin_causal_run(const favor__map *mp, float *S, float *z, floa
                                   const float *K, size_t ldk, const float *V, size_t ldv,
                                   size_t L, size_t dv, favor__qgroup qg, favor__chunk *cb)
 {
-    size_t t0;
-    for (t0 = 0; t0 < L; t0 += cb->cap) {
-        size_t nr = L - t0 < cb->cap ? L - t0 : cb->cap;
+    /* the intra-chunk work per token is O(C (width + d_v)) against O(width d_v) for
+     * the state: narrow maps use shorter chunks to keep the two in proportion */
+    size_t t0, step = mp->width * 2 < cb->cap * 3 && cb->cap >= 32 ? cb->cap / 2 : cb->cap;
+    for (t0 = 0; t0 < L; t0 += step) {
+        size_t nr = L - t0 < step ? L - t0 : step;
         favor__qgroup g = qg;
         g.Q = qg.Q + t0 * qg.ldq;
         g.O = qg.O + t0 * qg.ldo;
