@@ -1,0 +1,1891 @@
+/* favor_bench: favor.h against OpenBLAS and PyTorch, measured in the same run.
+ *
+ * For exact softmax attention, elu(x)+1 linear attention and FAVOR+ (m positive
+ * random features), non-causal and causal, it times favor.h and two peers that
+ * compute the same thing on the same shapes:
+ *   - the three methods written the way a C user would with cblas_sgemm (softmax:
+ *     a scores GEMM per tile of queries, a row softmax, the product with V;
+ *     linear: phi(K)^T V then phi(Q) times that, the FAVOR+ feature map a GEMM with
+ *     W plus exp; causal linear as per-chunk GEMMs), run in a child process (this
+ *     program again, with an internal flag) once with OPENBLAS_CORETYPE=Haswell and
+ *     once with OpenBLAS's own choice, because OpenBLAS reads the variable when it
+ *     is loaded;
+ *   - PyTorch on the CPU, bench/peers_torch.py run by /usr/bin/python3.
+ * Each time is the median of >= 5 calls after a warm-up call; the GFLOP/s come
+ * from the formulas printed in the header, and the fraction of the fp32 FMA peak
+ * that this program measures at start with a loop of independent FMAs on the
+ * backend favor.h was built with. Then it times autoregressive decoding:
+ * favor_linear_step after contexts of 1K ... 1M tokens against softmax decoding
+ * with a KV cache.
+ *
+ * `favor_bench --help` lists the options; `--quick` is the smoke test that ctest
+ * runs: tiny sizes, every method checked against a float64 reference.
+ * Uses the public favor.h API only. */
+#define _POSIX_C_SOURCE 200809L
+
+#define FAVOR_IMPLEMENTATION
+#include "favor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef FAVOR_BENCH_BLAS
+#include <cblas.h>
+#endif
+#if FAVOR_SIMD == FAVOR_AVX2
+#include <immintrin.h>
+#elif FAVOR_SIMD == FAVOR_NEON
+#include <arm_neon.h>
+#endif
+
+#ifndef FAVOR_BENCH_PYTHON
+#define FAVOR_BENCH_PYTHON "/usr/bin/python3"
+#endif
+#ifndef FAVOR_BENCH_TORCH_SCRIPT
+#define FAVOR_BENCH_TORCH_SCRIPT "bench/peers_torch.py"
+#endif
+
+extern char **environ;
+
+/* ------------------------------------------------------------------------- */
+/* Small utilities                                                            */
+/* ------------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "favor_bench: %s\n", what);
+    exit(2);
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0 || !p) die("out of memory");
+    return p;
+}
+
+static float *alloc_floats(size_t count) { return (float *)xmalloc(count * sizeof(float)); }
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* splitmix64: the inputs are the same in every run and in the BLAS child. */
+static unsigned long long mix64(unsigned long long *s)
+{
+    unsigned long long z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Approximately N(0, sd^2): the Irwin-Hall sum of four 16-bit uniforms,
+ * centred and scaled to unit variance (bounded by 2*sqrt(3) sd). Fast enough to
+ * fill a gigabyte of inputs in a second or two. */
+static void fill_normal(float *x, size_t count, double sd, unsigned long long seed)
+{
+    unsigned long long s = seed * 0x2545f4914f6cdd1dULL + 1;
+    size_t i;
+    double k = sd * sqrt(3.0) / 65536.0;
+    for (i = 0; i < count; ++i) {
+        unsigned long long r = mix64(&s);
+        double u = (double)(r & 0xffff) + (double)((r >> 16) & 0xffff) +
+                   (double)((r >> 32) & 0xffff) + (double)(r >> 48);
+        x[i] = (float)((u - 2.0 * 65535.0) * k);
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* Methods, jobs and timing                                                   */
+/* ------------------------------------------------------------------------- */
+
+enum { M_SOFTMAX, M_ELU1, M_FAVORP, M_COUNT };
+static const char *const method_id[M_COUNT] = {"softmax", "elu1", "favor+"};
+
+/* One measurement: a method on one shape. Q and K of every head are n x d, V and
+ * O n x d (d_v = d), n_k = n. */
+typedef struct {
+    int method, causal;
+    size_t d, n, heads, m;
+    int threads, runs, check;
+    int budget_ms; /* more timed calls (up to 50) while they take less than this */
+    unsigned long long seed;
+} job_spec;
+
+typedef struct {
+    double median, min; /* seconds per call */
+    int runs;
+    double err; /* max |error| / tolerance when checked (<= 1 passes), else -1 */
+} timing;
+
+/* FLOP of one call, all heads: see print_formulas(). */
+static double job_flops(const job_spec *s)
+{
+    double n = (double)s->n, d = (double)s->d, m = (double)s->m, h = (double)s->heads;
+    switch (s->method) {
+    case M_SOFTMAX: return h * (s->causal ? 2.0 : 4.0) * n * n * d;
+    case M_ELU1: return h * 4.0 * n * d * d;
+    default: return h * (4.0 * n * m * d + 2.0 * 2.0 * n * m * d);
+    }
+}
+
+static void print_formulas(FILE *to)
+{
+    fprintf(to,
+            "FLOP counted per head (d_v = d, n_k = n): softmax 4*n^2*d (causal 2*n^2*d):\n"
+            "  the Q K^T and P V products, exp and normalisation not counted;\n"
+            "  linear 4*n*c*d_v with c the feature width (elu+1: c = d; FAVOR+: c = m):\n"
+            "  phi(K)^T V and phi(Q) times it, causal counted the same as non-causal;\n"
+            "  FAVOR+ adds its feature map 2*n*m*d per input, for Q and K: 4*n*m*d.\n"
+            "  elu+1 counts no feature-map FLOP; GFLOP/s = heads * FLOP / median time.\n");
+}
+
+typedef int (*bench_fn)(void *ctx);
+
+/* A warm-up call, then `runs` timed calls (more, up to 50, while they take less
+ * than `budget` seconds together): median and minimum. */
+static int time_calls(bench_fn fn, void *ctx, int runs, double budget, timing *t)
+{
+    double t0, warm, *ts;
+    int i, r = runs;
+    t0 = now_s();
+    if (fn(ctx)) return -1;
+    warm = now_s() - t0;
+    if (warm * r < budget) {
+        int want = warm > 0 ? (int)(budget / warm) : 50;
+        r = want > 50 ? 50 : want < r ? r : want;
+    }
+    ts = (double *)xmalloc((size_t)r * sizeof *ts);
+    for (i = 0; i < r; ++i) {
+        t0 = now_s();
+        if (fn(ctx)) {
+            free(ts);
+            return -1;
+        }
+        ts[i] = now_s() - t0;
+    }
+    qsort(ts, (size_t)r, sizeof *ts, cmp_double);
+    t->median = r % 2 ? ts[r / 2] : 0.5 * (ts[r / 2 - 1] + ts[r / 2]);
+    t->min = ts[0];
+    t->runs = r;
+    t->err = -1;
+    free(ts);
+    return 0;
+}
+
+/* The inputs of a job: Q, K ~ N(0, 0.5^2), V ~ N(0, 1), packed [head][token][dim]. */
+typedef struct {
+    float *q, *k, *v, *o;
+    size_t len;
+} job_data;
+
+static void job_data_make(const job_spec *s, job_data *x)
+{
+    unsigned long long base = s->seed * 1000003ULL + s->n * 131ULL + s->d;
+    x->len = s->heads * s->n * s->d;
+    x->q = alloc_floats(x->len);
+    x->k = alloc_floats(x->len);
+    x->v = alloc_floats(x->len);
+    x->o = alloc_floats(x->len);
+    fill_normal(x->q, x->len, 0.5, base + 1);
+    fill_normal(x->k, x->len, 0.5, base + 2);
+    fill_normal(x->v, x->len, 1.0, base + 3);
+    memset(x->o, 0, x->len * sizeof(float));
+}
+
+static void job_data_free(job_data *x)
+{
+    free(x->q);
+    free(x->k);
+    free(x->v);
+    free(x->o);
+}
+
+/* The feature map of a job (FAVOR+: W drawn from the job's seed). */
+static float *features_make(const job_spec *s, favor_features *f)
+{
+    favor_kernel kern = s->method == M_FAVORP ? FAVOR_POSITIVE : FAVOR_ELU1;
+    size_t floats = favor_features_floats(kern, s->d, s->method == M_FAVORP ? s->m : s->d);
+    float *w = floats ? alloc_floats(floats) : NULL;
+    favor_status st = favor_features_init(f, kern, s->d, s->method == M_FAVORP ? s->m : s->d, 0,
+                                          s->seed, w);
+    if (st != FAVOR_OK) die(favor_status_string(st));
+    return w;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The float64 reference (for --quick): the formulas of the manual, evaluated   */
+/* directly in double for one head.                                            */
+/* ------------------------------------------------------------------------- */
+
+static void ref_softmax_head(const float *q, const float *k, const float *v, double *o,
+                             size_t n, size_t d, int causal, double *s)
+{
+    double scale = 1.0 / sqrt((double)d);
+    size_t i, j, c;
+    for (i = 0; i < n; ++i) {
+        size_t vis = causal ? i + 1 : n;
+        double mx = -HUGE_VAL, den = 0;
+        for (j = 0; j < vis; ++j) {
+            double t = 0;
+            for (c = 0; c < d; ++c) t += (double)q[i * d + c] * (double)k[j * d + c];
+            s[j] = scale * t;
+            if (s[j] > mx) mx = s[j];
+        }
+        for (c = 0; c < d; ++c) o[i * d + c] = 0;
+        for (j = 0; j < vis; ++j) {
+            double p = exp(s[j] - mx);
+            den += p;
+            for (c = 0; c < d; ++c) o[i * d + c] += p * (double)v[j * d + c];
+        }
+        for (c = 0; c < d; ++c) o[i * d + c] /= den;
+    }
+}
+
+/* phi(x) exp(-*logc) of one row: elu(x)+1, or exp(W x' - |x'|^2/2)/sqrt(m) with
+ * x' = sqrt(s) x and logc the row's largest exponent. */
+static void ref_phi_row(const favor_features *f, const float *x, double *phi, double *logc)
+{
+    size_t d = f->dim, m = f->count, l, c;
+    double rs = sqrt((double)f->scale), n2 = 0, mx = -HUGE_VAL;
+    *logc = 0;
+    if (f->kernel == FAVOR_ELU1) {
+        for (c = 0; c < d; ++c) phi[c] = x[c] > 0 ? (double)x[c] + 1.0 : exp((double)x[c]);
+        return;
+    }
+    for (c = 0; c < d; ++c) n2 += (rs * x[c]) * (rs * x[c]);
+    for (l = 0; l < m; ++l) {
+        double u = 0;
+        for (c = 0; c < d; ++c) u += (double)f->w[l * d + c] * (rs * x[c]);
+        phi[l] = u - n2 / 2;
+        if (phi[l] > mx) mx = phi[l];
+    }
+    for (l = 0; l < m; ++l) phi[l] = exp(phi[l] - mx) / sqrt((double)m);
+    *logc = mx;
+}
+
+/* o_i = phi(q_i)^T S / phi(q_i)^T z over the visible keys, S and z summed in
+ * double. The key rows are multiplied back by exp(logc_j - C), C the largest
+ * logc of the head: a constant factor that cancels in the ratio. */
+static void ref_linear_head(const favor_features *f, const float *q, const float *k,
+                            const float *v, double *o, size_t n, size_t d, int causal)
+{
+    size_t w = f->kernel == FAVOR_ELU1 ? d : f->count, i, j, l, c;
+    double *pk = (double *)xmalloc(n * w * sizeof *pk), *lk = (double *)xmalloc(n * sizeof *lk);
+    double *pq = (double *)xmalloc(w * sizeof *pq), *S = (double *)xmalloc(w * d * sizeof *S);
+    double *z = (double *)xmalloc(w * sizeof *z), C = -HUGE_VAL, lq;
+    for (j = 0; j < n; ++j) {
+        ref_phi_row(f, k + j * d, pk + j * w, &lk[j]);
+        if (lk[j] > C) C = lk[j];
+    }
+    for (j = 0; j < n; ++j) {
+        double e = exp(lk[j] - C);
+        for (l = 0; l < w; ++l) pk[j * w + l] *= e;
+    }
+    memset(S, 0, w * d * sizeof *S);
+    memset(z, 0, w * sizeof *z);
+    for (j = 0; j < (causal ? 0 : n); ++j)
+        for (l = 0; l < w; ++l) {
+            z[l] += pk[j * w + l];
+            for (c = 0; c < d; ++c) S[l * d + c] += pk[j * w + l] * v[j * d + c];
+        }
+    for (i = 0; i < n; ++i) {
+        double den = 0;
+        if (causal)
+            for (l = 0; l < w; ++l) {
+                z[l] += pk[i * w + l];
+                for (c = 0; c < d; ++c) S[l * d + c] += pk[i * w + l] * v[i * d + c];
+            }
+        ref_phi_row(f, q + i * d, pq, &lq);
+        for (c = 0; c < d; ++c) o[i * d + c] = 0;
+        for (l = 0; l < w; ++l) {
+            den += pq[l] * z[l];
+            for (c = 0; c < d; ++c) o[i * d + c] += pq[l] * S[l * d + c];
+        }
+        for (c = 0; c < d; ++c) o[i * d + c] = den != 0 ? o[i * d + c] / den : 0;
+    }
+    free(pk);
+    free(lk);
+    free(pq);
+    free(S);
+    free(z);
+}
+
+/* The float64 reference of a job, all heads. */
+static double *reference(const job_spec *s, const job_data *x, const favor_features *f)
+{
+    size_t h, hs = s->n * s->d;
+    double *ref = (double *)xmalloc(x->len * sizeof *ref), *scratch = NULL;
+    if (s->method == M_SOFTMAX) scratch = (double *)xmalloc(s->n * sizeof *scratch);
+    for (h = 0; h < s->heads; ++h) {
+        if (s->method == M_SOFTMAX)
+            ref_softmax_head(x->q + h * hs, x->k + h * hs, x->v + h * hs, ref + h * hs, s->n,
+                             s->d, s->causal, scratch);
+        else
+            ref_linear_head(f, x->q + h * hs, x->k + h * hs, x->v + h * hs, ref + h * hs, s->n,
+                            s->d, s->causal);
+    }
+    free(scratch);
+    return ref;
+}
+
+/* max |o - ref| over the documented tolerance (favor.h ACCURACY): softmax and
+ * elu+1 2e-5 max|V|, FAVOR+ with the same W 1e-4 max|O_ref|. <= 1 passes. */
+static double error_ratio(const job_spec *s, const job_data *x, const double *ref)
+{
+    double err = 0, vmax = 0, omax = 0, tol;
+    size_t i;
+    for (i = 0; i < x->len; ++i) {
+        double e = fabs((double)x->o[i] - ref[i]);
+        if (!(e <= err)) err = e; /* NaN propagates */
+        if (fabs((double)x->v[i]) > vmax) vmax = fabs((double)x->v[i]);
+        if (fabs(ref[i]) > omax) omax = fabs(ref[i]);
+    }
+    tol = s->method == M_FAVORP ? 1e-4 * omax : 2e-5 * vmax;
+    return err / tol;
+}
+
+/* ------------------------------------------------------------------------- */
+/* favor.h itself                                                             */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+    const job_spec *s;
+    favor_features f;
+    favor_tensor q, k, v, o;
+    favor_options opt;
+    favor_status status;
+} favor_job;
+
+static int favor_job_call(void *p)
+{
+    favor_job *j = (favor_job *)p;
+    if (j->s->method == M_SOFTMAX)
+        j->status = favor_softmax_attention(&j->q, &j->k, &j->v, &j->o, &j->opt);
+    else
+        j->status = favor_linear_attention(&j->f, &j->q, &j->k, &j->v, &j->o, &j->opt);
+    return j->status != FAVOR_OK;
+}
+
+/* Time favor.h on a job; with `ref`, check the output against it. Returns 0, or
+ * -1 with the status in *st. */
+static int run_favor(const job_spec *s, job_data *x, const double *ref, timing *t,
+                     favor_status *st)
+{
+    favor_job j;
+    float *w;
+    size_t ws;
+    void *buf;
+    int rc;
+    j.s = s;
+    w = features_make(s, &j.f);
+    j.q = favor_tensor_packed(x->q, s->heads, s->n, s->d);
+    j.k = favor_tensor_packed(x->k, s->heads, s->n, s->d);
+    j.v = favor_tensor_packed(x->v, s->heads, s->n, s->d);
+    j.o = favor_tensor_packed(x->o, s->heads, s->n, s->d);
+    j.opt = favor_default_options();
+    j.opt.flags = s->causal ? FAVOR_CAUSAL : 0;
+    j.opt.threads = s->threads;
+    /* The workspace is allocated once, outside the timed calls, as a user would. */
+    ws = s->method == M_SOFTMAX ? favor_softmax_attention_workspace(&j.q, &j.k, &j.v, &j.opt)
+                                : favor_linear_attention_workspace(&j.f, &j.q, &j.k, &j.v, &j.opt);
+    buf = ws ? xmalloc(ws) : NULL;
+    j.opt.workspace = buf;
+    j.opt.workspace_size = ws;
+    j.status = FAVOR_OK;
+    rc = time_calls(favor_job_call, &j, s->runs, 1e-3 * s->budget_ms, t);
+    *st = j.status;
+    if (rc == 0 && ref) t->err = error_ratio(s, x, ref);
+    free(buf);
+    free(w);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The BLAS peer: what a C user writes with cblas_sgemm                        */
+/* ------------------------------------------------------------------------- */
+#ifdef FAVOR_BENCH_BLAS
+
+static size_t feature_width(const job_spec *s) { return s->method == M_FAVORP ? s->m : s->d; }
+
+#define BLAS_TILE 256  /* softmax: query rows per scores GEMM */
+#define BLAS_CHUNK 128 /* causal linear: tokens per chunk */
+
+typedef struct {
+    float *s;         /* softmax: BLAS_TILE x n scores; linear causal: chunk x chunk */
+    float *pq, *pk;   /* linear: phi(Q), phi(K), n x c */
+    float *kv, *z;    /* linear: c x d_v state, c sums */
+    float *den, *aux; /* n denominators, n row constants */
+} blas_scratch;
+
+typedef struct {
+    const job_spec *s;
+    const job_data *x;
+    const float *w; /* FAVOR+: m x d */
+    float fscale;   /* the features' scale s (x' = sqrt(s) x) */
+    int nscratch;
+    blas_scratch *sc;
+} blas_job;
+
+/* phi of n rows of x into phi (n x c). FAVOR+: U = x' W^T by GEMM, then
+ * exp(U - |x'|^2/2 - c)/sqrt(m) with c per row for queries and one c for all the
+ * keys of the head (Performer's choice; it cancels in the ratio). */
+static void blas_features(const blas_job *b, const float *x, float *phi, int key, float *aux)
+{
+    const job_spec *s = b->s;
+    size_t n = s->n, d = s->d, m = s->m, i, l;
+    if (s->method == M_ELU1) {
+        for (i = 0; i < n * d; ++i) phi[i] = x[i] > 0 ? x[i] + 1.0f : expf(x[i]);
+        return;
+    } else {
+        float rs = sqrtf(b->fscale), inv = 1.0f / sqrtf((float)m), gmax = -HUGE_VALF;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)d, rs, x, (int)d,
+                    b->w, (int)d, 0.0f, phi, (int)m);
+        for (i = 0; i < n; ++i) {
+            const float *xi = x + i * d;
+            float *p = phi + i * m, n2 = 0, mx = -HUGE_VALF;
+            size_t c;
+            for (c = 0; c < d; ++c) n2 += xi[c] * xi[c];
+            n2 *= 0.5f * b->fscale;
+            for (l = 0; l < m; ++l) {
+                p[l] -= n2;
+                if (p[l] > mx) mx = p[l];
+            }
+            aux[i] = mx;
+            if (mx > gmax) gmax = mx;
+        }
+        for (i = 0; i < n; ++i) {
+            float *p = phi + i * m, c = key ? gmax : aux[i];
+            for (l = 0; l < m; ++l) p[l] = expf(p[l] - c) * inv;
+        }
+    }
+}
+
+static void blas_softmax_head(const blas_job *b, const float *q, const float *k, const float *v,
+                              float *o, blas_scratch *sc)
+{
+    const job_spec *s = b->s;
+    size_t n = s->n, d = s->d, i0, r, j;
+    float scale = 1.0f / sqrtf((float)d);
+    for (i0 = 0; i0 < n; i0 += BLAS_TILE) {
+        size_t rows = n - i0 < BLAS_TILE ? n - i0 : BLAS_TILE;
+        size_t nk = s->causal ? i0 + rows : n; /* keys any row of the tile sees */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nk, (int)d, scale,
+                    q + i0 * d, (int)d, k, (int)d, 0.0f, sc->s, (int)nk);
+        for (r = 0; r < rows; ++r) {
+            float *row = sc->s + r * nk, mx = -HUGE_VALF, sum = 0;
+            size_t vis = s->causal ? i0 + r + 1 : nk;
+            for (j = 0; j < vis; ++j)
+                if (row[j] > mx) mx = row[j];
+            for (j = 0; j < vis; ++j) {
+                row[j] = expf(row[j] - mx);
+                sum += row[j];
+            }
+            for (j = vis; j < nk; ++j) row[j] = 0;
+            sc->den[r] = 1.0f / sum;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)d, (int)nk, 1.0f,
+                    sc->s, (int)nk, v, (int)d, 0.0f, o + i0 * d, (int)d);
+        for (r = 0; r < rows; ++r) cblas_sscal((int)d, sc->den[r], o + (i0 + r) * d, 1);
+    }
+}
+
+static void blas_linear_head(const blas_job *b, const float *q, const float *k, const float *v,
+                             float *o, blas_scratch *sc)
+{
+    const job_spec *s = b->s;
+    size_t n = s->n, d = s->d, c = feature_width(s), i, j, l, b0;
+    blas_features(b, q, sc->pq, 0, sc->aux);
+    blas_features(b, k, sc->pk, 1, sc->aux);
+    if (!s->causal) {
+        /* KV = phi(K)^T V, z = phi(K)^T 1, O = phi(Q) KV / phi(Q) z */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)c, (int)d, (int)n, 1.0f, sc->pk,
+                    (int)c, v, (int)d, 0.0f, sc->kv, (int)d);
+        for (l = 0; l < c; ++l) sc->z[l] = 0;
+        for (j = 0; j < n; ++j)
+            for (l = 0; l < c; ++l) sc->z[l] += sc->pk[j * c + l];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)d, (int)c, 1.0f, sc->pq,
+                    (int)c, sc->kv, (int)d, 0.0f, o, (int)d);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)c, 1.0f, sc->pq, (int)c, sc->z, 1,
+                    0.0f, sc->den, 1);
+        for (i = 0; i < n; ++i) cblas_sscal((int)d, 1.0f / sc->den[i], o + i * d, 1);
+        return;
+    }
+    /* Causal, chunk by chunk: A = phi(Q_b) phi(K_b)^T masked to j <= i; O_b = A V_b
+     * + phi(Q_b) S; den = A 1 + phi(Q_b) z; then S += phi(K_b)^T V_b, z += phi(K_b)^T 1. */
+    memset(sc->kv, 0, c * d * sizeof(float));
+    memset(sc->z, 0, c * sizeof(float));
+    for (b0 = 0; b0 < n; b0 += BLAS_CHUNK) {
+        size_t rows = n - b0 < BLAS_CHUNK ? n - b0 : BLAS_CHUNK;
+        const float *pq = sc->pq + b0 * c, *pk = sc->pk + b0 * c;
+        float *A = sc->s, *ob = o + b0 * d, *den = sc->den + b0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)rows, (int)c, 1.0f, pq,
+                    (int)c, pk, (int)c, 0.0f, A, (int)rows);
+        for (i = 0; i < rows; ++i) {
+            float sum = 0;
+            for (j = 0; j <= i; ++j) sum += A[i * rows + j];
+            for (j = i + 1; j < rows; ++j) A[i * rows + j] = 0;
+            den[i] = sum;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)d, (int)rows, 1.0f, A,
+                    (int)rows, v + b0 * d, (int)d, 0.0f, ob, (int)d);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)d, (int)c, 1.0f, pq,
+                    (int)c, sc->kv, (int)d, 1.0f, ob, (int)d);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)rows, (int)c, 1.0f, pq, (int)c, sc->z, 1, 1.0f,
+                    den, 1);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)c, (int)d, (int)rows, 1.0f, pk,
+                    (int)c, v + b0 * d, (int)d, 1.0f, sc->kv, (int)d);
+        for (j = 0; j < rows; ++j)
+            for (l = 0; l < c; ++l) sc->z[l] += pk[j * c + l];
+        for (i = 0; i < rows; ++i) cblas_sscal((int)d, 1.0f / den[i], ob + i * d, 1);
+    }
+}
+
+static void blas_head(const blas_job *b, size_t h, blas_scratch *sc)
+{
+    size_t hs = b->s->n * b->s->d;
+    const job_data *x = b->x;
+    if (b->s->method == M_SOFTMAX)
+        blas_softmax_head(b, x->q + h * hs, x->k + h * hs, x->v + h * hs, x->o + h * hs, sc);
+    else
+        blas_linear_head(b, x->q + h * hs, x->k + h * hs, x->v + h * hs, x->o + h * hs, sc);
+}
+
+/* All heads. With OpenMP, `threads` threads take whole heads, each with its own
+ * scratch and a single-threaded OpenBLAS; without it, OpenBLAS's own threads. */
+static int blas_job_call(void *p)
+{
+    const blas_job *b = (const blas_job *)p;
+    long h, heads = (long)b->s->heads;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(b->nscratch) schedule(static)
+    for (h = 0; h < heads; ++h) blas_head(b, (size_t)h, &b->sc[omp_get_thread_num()]);
+#else
+    for (h = 0; h < heads; ++h) blas_head(b, (size_t)h, &b->sc[0]);
+#endif
+    return 0;
+}
+
+static void blas_set_threads(int t)
+{
+#ifdef FAVOR_BENCH_OPENBLAS
+    openblas_set_num_threads(t);
+#else
+    (void)t;
+#endif
+}
+
+static int run_blas(const job_spec *s, job_data *x, const double *ref, timing *t)
+{
+    blas_job b;
+    favor_features f;
+    float *w = features_make(s, &f);
+    size_t n = s->n, c = feature_width(s), i;
+    int rc;
+    b.s = s;
+    b.x = x;
+    b.w = f.w;
+    b.fscale = f.scale;
+#ifdef _OPENMP
+    b.nscratch = s->threads > 0 ? s->threads : 1;
+    blas_set_threads(1);
+#else
+    b.nscratch = 1;
+    blas_set_threads(s->threads > 0 ? s->threads : 1);
+#endif
+    b.sc = (blas_scratch *)xmalloc((size_t)b.nscratch * sizeof *b.sc);
+    for (i = 0; i < (size_t)b.nscratch; ++i) {
+        blas_scratch *sc = &b.sc[i];
+        size_t srows = s->method == M_SOFTMAX ? BLAS_TILE * n : BLAS_CHUNK * BLAS_CHUNK;
+        sc->s = alloc_floats(srows);
+        sc->pq = s->method == M_SOFTMAX ? NULL : alloc_floats(n * c);
+        sc->pk = s->method == M_SOFTMAX ? NULL : alloc_floats(n * c);
+        sc->kv = alloc_floats(c * s->d);
+        sc->z = alloc_floats(c);
+        sc->den = alloc_floats(n > BLAS_TILE ? n : BLAS_TILE);
+        sc->aux = alloc_floats(n);
+    }
+    rc = time_calls(blas_job_call, &b, s->runs, 1e-3 * s->budget_ms, t);
+    if (rc == 0 && ref) t->err = error_ratio(s, x, ref);
+    for (i = 0; i < (size_t)b.nscratch; ++i) {
+        free(b.sc[i].s);
+        free(b.sc[i].pq);
+        free(b.sc[i].pk);
+        free(b.sc[i].kv);
+        free(b.sc[i].z);
+        free(b.sc[i].den);
+        free(b.sc[i].aux);
+    }
+    free(b.sc);
+    free(w);
+    return rc;
+}
+#endif /* FAVOR_BENCH_BLAS */
+
+/* ------------------------------------------------------------------------- */
+/* The line protocol between this program and its peers                        */
+/*   -> run METHOD CAUSAL D N HEADS THREADS M RUNS BUDGET_MS CHECK SEED        */
+/*   <- ok MEDIAN_S MIN_S RUNS ERR     (ERR: error / tolerance, or -1)          */
+/*   <- skip REASON | fail REASON                                              */
+/* and at start the peer prints `ready INFO` or `unavailable REASON`.           */
+/* ------------------------------------------------------------------------- */
+
+static int method_of(const char *name)
+{
+    int i;
+    for (i = 0; i < M_COUNT; ++i)
+        if (strcmp(name, method_id[i]) == 0) return i;
+    return -1;
+}
+
+#ifdef FAVOR_BENCH_BLAS
+/* `favor_bench --serve-blas`: the BLAS peer, in its own process so that
+ * OPENBLAS_CORETYPE takes effect. Reads requests on stdin, answers on stdout. */
+static int serve_blas(void)
+{
+    char line[512], name[32];
+    const char *core = "unknown";
+#ifdef FAVOR_BENCH_OPENBLAS
+    core = openblas_get_corename();
+#endif
+    printf("ready OpenBLAS core %s%s\n", core,
+#ifdef _OPENMP
+           ", threads over heads (OpenMP), single-threaded GEMMs"
+#else
+           ", OpenBLAS threads"
+#endif
+    );
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) {
+        job_spec s;
+        unsigned long long d, n, heads, m;
+        job_data x;
+        double *ref = NULL;
+        timing t;
+        if (strncmp(line, "quit", 4) == 0) break;
+        memset(&s, 0, sizeof s);
+        if (sscanf(line, "run %31s %d %llu %llu %llu %d %llu %d %d %d %llu", name, &s.causal, &d,
+                   &n, &heads, &s.threads, &m, &s.runs, &s.budget_ms, &s.check, &s.seed) != 11 ||
+            (s.method = method_of(name)) < 0) {
+            printf("fail bad request\n");
+            fflush(stdout);
+            continue;
+        }
+        s.d = (size_t)d;
+        s.n = (size_t)n;
+        s.heads = (size_t)heads;
+        s.m = (size_t)m;
+        job_data_make(&s, &x);
+        if (s.check) {
+            favor_features f;
+            float *w = features_make(&s, &f);
+            ref = reference(&s, &x, &f);
+            free(w);
+        }
+        if (run_blas(&s, &x, ref, &t) == 0)
+            printf("ok %.9g %.9g %d %.6g\n", t.median, t.min, t.runs, t.err);
+        else
+            printf("fail call\n");
+        fflush(stdout);
+        free(ref);
+        job_data_free(&x);
+    }
+    return 0;
+}
+#endif
+
+/* A peer: a child process that speaks the protocol. */
+typedef struct {
+    const char *title; /* table heading */
+    const char *id;    /* impl name in CSV/JSON */
+    int up;            /* answering requests */
+    int col;           /* has a column in the table (it was up at the start) */
+    char note[256];    /* its ready line, or why it is not there */
+    pid_t pid;
+    FILE *to, *from;
+} peer;
+
+/* Start argv[0] with stdin/stdout piped and `coretype` as OPENBLAS_CORETYPE
+ * (NULL: the variable removed). Reads the ready line. */
+static void peer_start(peer *p, char *const argv[], const char *coretype)
+{
+    int in[2], out[2], err;
+    size_t ne = 0, i, k = 0;
+    char **env, *core = NULL, line[512];
+    posix_spawn_file_actions_t fa;
+
+    p->up = 0;
+    p->pid = 0;
+    p->to = p->from = NULL;
+    while (environ[ne]) ++ne;
+    env = (char **)xmalloc((ne + 2) * sizeof *env);
+    for (i = 0; i < ne; ++i)
+        if (strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) != 0) env[k++] = environ[i];
+    if (coretype) {
+        core = (char *)xmalloc(strlen(coretype) + 20);
+        sprintf(core, "OPENBLAS_CORETYPE=%s", coretype);
+        env[k++] = core;
+    }
+    env[k] = NULL;
+
+    if (pipe(in) != 0 || pipe(out) != 0) die("pipe failed");
+    fcntl(in[1], F_SETFD, FD_CLOEXEC);
+    fcntl(out[0], F_SETFD, FD_CLOEXEC);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, in[0]);
+    posix_spawn_file_actions_addclose(&fa, out[1]);
+    err = posix_spawn(&p->pid, argv[0], &fa, NULL, argv, env);
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    free(env);
+    free(core);
+    if (err != 0) {
+        snprintf(p->note, sizeof p->note, "cannot start %s: %s", argv[0], strerror(err));
+        close(in[1]);
+        close(out[0]);
+        p->pid = 0;
+        return;
+    }
+    p->to = fdopen(in[1], "w");
+    p->from = fdopen(out[0], "r");
+    if (!p->to || !p->from) die("fdopen failed");
+    if (!fgets(line, sizeof line, p->from)) {
+        snprintf(p->note, sizeof p->note, "%s exited before it was ready", argv[0]);
+    } else {
+        line[strcspn(line, "\n")] = 0;
+        if (strncmp(line, "ready ", 6) == 0) {
+            p->up = 1;
+            snprintf(p->note, sizeof p->note, "%.200s", line + 6);
+            return;
+        }
+        snprintf(p->note, sizeof p->note, "%.200s",
+                 strncmp(line, "unavailable ", 12) == 0 ? line + 12 : line);
+    }
+    fclose(p->to);
+    fclose(p->from);
+    p->to = p->from = NULL;
+    waitpid(p->pid, NULL, 0);
+    p->pid = 0;
+}
+
+static void peer_stop(peer *p)
+{
+    if (p->to) {
+        fprintf(p->to, "quit\n");
+        fclose(p->to);
+    }
+    if (p->from) fclose(p->from);
+    if (p->pid > 0) waitpid(p->pid, NULL, 0);
+    p->to = p->from = NULL;
+    p->pid = 0;
+    p->up = 0;
+}
+
+/* Outcome of one measurement. */
+enum { OUT_NONE = 0, OUT_OK, OUT_SKIP, OUT_FAIL, OUT_MISMATCH };
+
+/* Ask a peer to time a job. Returns OUT_OK, OUT_SKIP (it declined: reason in why)
+ * or OUT_FAIL (it failed, or died: then it is down). */
+static int peer_run(peer *p, const job_spec *s, timing *t, char *why, size_t whylen)
+{
+    char line[512];
+    why[0] = 0;
+    if (!p->up) return OUT_SKIP;
+    fprintf(p->to, "run %s %d %zu %zu %zu %d %zu %d %d %d %llu\n", method_id[s->method],
+            s->causal, s->d, s->n, s->heads, s->threads, s->m, s->runs, s->budget_ms, s->check,
+            s->seed);
+    fflush(p->to);
+    if (!fgets(line, sizeof line, p->from)) {
+        snprintf(why, whylen, "%s exited", p->title);
+        snprintf(p->note + strlen(p->note), sizeof p->note - strlen(p->note), " (exited)");
+        peer_stop(p);
+        return OUT_FAIL;
+    }
+    line[strcspn(line, "\n")] = 0;
+    if (sscanf(line, "ok %lf %lf %d %lf", &t->median, &t->min, &t->runs, &t->err) == 4)
+        return OUT_OK;
+    snprintf(why, whylen, "%.200s", line);
+    return strncmp(line, "skip", 4) == 0 ? OUT_SKIP : OUT_FAIL;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The fp32 FMA peak: independent FMA chains on favor.h's backend               */
+/* ------------------------------------------------------------------------- */
+
+static volatile float peak_sink;
+
+/* iters rounds of 12 independent FMA chains; returns the FLOP done. */
+static double fma_loop(long iters)
+{
+    long i;
+#if FAVOR_SIMD == FAVOR_AVX2
+    const __m256 x = _mm256_set1_ps(0.9999999f), y = _mm256_set1_ps(1e-7f);
+    __m256 a0 = _mm256_set1_ps(1.00f), a1 = _mm256_set1_ps(1.01f), a2 = _mm256_set1_ps(1.02f);
+    __m256 a3 = _mm256_set1_ps(1.03f), a4 = _mm256_set1_ps(1.04f), a5 = _mm256_set1_ps(1.05f);
+    __m256 a6 = _mm256_set1_ps(1.06f), a7 = _mm256_set1_ps(1.07f), a8 = _mm256_set1_ps(1.08f);
+    __m256 a9 = _mm256_set1_ps(1.09f), a10 = _mm256_set1_ps(1.10f), a11 = _mm256_set1_ps(1.11f);
+    float out[8];
+    for (i = 0; i < iters; ++i) {
+        a0 = _mm256_fmadd_ps(a0, x, y);
+        a1 = _mm256_fmadd_ps(a1, x, y);
+        a2 = _mm256_fmadd_ps(a2, x, y);
+        a3 = _mm256_fmadd_ps(a3, x, y);
+        a4 = _mm256_fmadd_ps(a4, x, y);
+        a5 = _mm256_fmadd_ps(a5, x, y);
+        a6 = _mm256_fmadd_ps(a6, x, y);
+        a7 = _mm256_fmadd_ps(a7, x, y);
+        a8 = _mm256_fmadd_ps(a8, x, y);
+        a9 = _mm256_fmadd_ps(a9, x, y);
+        a10 = _mm256_fmadd_ps(a10, x, y);
+        a11 = _mm256_fmadd_ps(a11, x, y);
+    }
+    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                       _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    _mm256_storeu_ps(out, a0);
+    peak_sink = out[0] + out[7];
+    return (double)iters * 12.0 * 8.0 * 2.0;
+#elif FAVOR_SIMD == FAVOR_NEON
+    const float32x4_t x = vdupq_n_f32(0.9999999f), y = vdupq_n_f32(1e-7f);
+    float32x4_t a0 = vdupq_n_f32(1.00f), a1 = vdupq_n_f32(1.01f), a2 = vdupq_n_f32(1.02f);
+    float32x4_t a3 = vdupq_n_f32(1.03f), a4 = vdupq_n_f32(1.04f), a5 = vdupq_n_f32(1.05f);
+    float32x4_t a6 = vdupq_n_f32(1.06f), a7 = vdupq_n_f32(1.07f), a8 = vdupq_n_f32(1.08f);
+    float32x4_t a9 = vdupq_n_f32(1.09f), a10 = vdupq_n_f32(1.10f), a11 = vdupq_n_f32(1.11f);
+    for (i = 0; i < iters; ++i) {
+        a0 = vfmaq_f32(y, a0, x);
+        a1 = vfmaq_f32(y, a1, x);
+        a2 = vfmaq_f32(y, a2, x);
+        a3 = vfmaq_f32(y, a3, x);
+        a4 = vfmaq_f32(y, a4, x);
+        a5 = vfmaq_f32(y, a5, x);
+        a6 = vfmaq_f32(y, a6, x);
+        a7 = vfmaq_f32(y, a7, x);
+        a8 = vfmaq_f32(y, a8, x);
+        a9 = vfmaq_f32(y, a9, x);
+        a10 = vfmaq_f32(y, a10, x);
+        a11 = vfmaq_f32(y, a11, x);
+    }
+    a0 = vaddq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)),
+                   vaddq_f32(vaddq_f32(a4, a5), vaddq_f32(a6, a7)));
+    a0 = vaddq_f32(a0, vaddq_f32(vaddq_f32(a8, a9), vaddq_f32(a10, a11)));
+    peak_sink = vaddvq_f32(a0);
+    return (double)iters * 12.0 * 4.0 * 2.0;
+#else
+    /* scalar: a*x + y, two FLOP (one FMA where the compiler contracts it) */
+    float a[12];
+    const float x = 0.9999999f, y = 1e-7f;
+    int c;
+    for (c = 0; c < 12; ++c) a[c] = 1.0f + 0.01f * (float)c;
+    for (i = 0; i < iters; ++i)
+        for (c = 0; c < 12; ++c) a[c] = a[c] * x + y;
+    peak_sink = a[0] + a[11];
+    return (double)iters * 12.0 * 2.0;
+#endif
+}
+
+static const char *peak_what(void)
+{
+#if FAVOR_SIMD == FAVOR_AVX2
+    return "AVX2 _mm256_fmadd_ps, 12 independent chains, 8 lanes";
+#elif FAVOR_SIMD == FAVOR_NEON
+    return "NEON vfmaq_f32, 12 independent chains, 4 lanes";
+#else
+    return "scalar a*x+y, 12 independent chains";
+#endif
+}
+
+/* GFLOP/s of `threads` threads running the loop at once: the best of `trials`. */
+static double measure_peak(int threads, double seconds, int trials)
+{
+    long iters = 1 << 16;
+    double best = 0, t0, t;
+    int k;
+    for (;;) { /* calibrate the loop to about `seconds` on one thread */
+        t0 = now_s();
+        fma_loop(iters);
+        t = now_s() - t0;
+        if (t > seconds / 8 || iters > (1L << 40)) break;
+        iters *= 2;
+    }
+    iters = (long)((double)iters * seconds / (t > 0 ? t : 1e-9));
+    if (iters < 1) iters = 1;
+    for (k = 0; k < trials; ++k) {
+        double flops = 0;
+        t0 = now_s();
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+        flops += fma_loop(iters);
+#else
+        (void)threads;
+        flops = fma_loop(iters);
+#endif
+        t = now_s() - t0;
+        if (flops / t > best) best = flops / t;
+    }
+    return best * 1e-9;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Configuration                                                              */
+/* ------------------------------------------------------------------------- */
+
+#define MAX_LIST 8
+enum { P_BLAS_HSW, P_BLAS_DEF, P_TORCH, P_COUNT };
+
+typedef struct {
+    int quick;
+    int methods[M_COUNT];
+    int causal[2]; /* [0]: non-causal wanted, [1]: causal wanted */
+    size_t ds[MAX_LIST];
+    int nds;
+    size_t n_min, n_max, heads, m;
+    int threads[MAX_LIST];
+    int nthreads;
+    int runs;
+    double limit;
+    int want_peer[P_COUNT];
+    int decode, attention;
+    size_t decode_max;
+    const char *csv, *json, *python, *torch_script, *torch_core;
+    unsigned long long seed;
+} config;
+
+static void usage(FILE *to)
+{
+    fprintf(to,
+            "usage: favor_bench [options]\n"
+            "\n"
+            "Times favor.h's softmax, elu+1 and FAVOR+ attention against an OpenBLAS\n"
+            "(cblas_sgemm) and a PyTorch implementation of the same methods, then the\n"
+            "per-token latency of decoding, and prints one table.\n"
+            "\n"
+            "  --quick            smoke test: n = 256, 512, d = 64, every method checked\n"
+            "                     against a float64 reference; exit 1 on a mismatch\n"
+            "  --methods LIST     softmax,elu1,favor+                 default: all three\n"
+            "  --causal LIST      0,1 (non-causal, causal)             default: 0,1\n"
+            "  --d LIST           head sizes (d_v = d)                 default: 64,128\n"
+            "  --n-min N          shortest sequence                    default: 256\n"
+            "  --n-max N          longest sequence (n doubles)         default: 65536\n"
+            "  --heads H          attention heads                      default: 8\n"
+            "  --m M              FAVOR+ random features               default: 256\n"
+            "  --threads LIST     thread counts                        default: 1,2\n"
+            "  --runs R           timed calls after the warm-up (>= 5) default: 5\n"
+            "  --limit SEC        an implementation is not run at 2n when its call\n"
+            "                     there would pass SEC seconds (time at n x 4 for\n"
+            "                     softmax, x 2 for linear)              default: 10\n"
+            "  --no-blas          skip the OpenBLAS peer\n"
+            "  --no-blas-default  skip OpenBLAS with its default core (keep Haswell)\n"
+            "  --no-torch         skip the PyTorch peer\n"
+            "  --no-decode        skip the decoding benchmark\n"
+            "  --decode-only      only the decoding benchmark\n"
+            "  --decode-max N     longest decoding context             default: 1048576\n"
+            "  --csv FILE         write every measurement as CSV\n"
+            "  --json FILE        write the run as JSON\n"
+            "  --python PATH      interpreter of the torch peer   default: %s\n"
+            "  --torch-script P   the torch peer script   default: %s\n"
+            "  --torch-core NAME  OPENBLAS_CORETYPE for torch's GEMMs, or 'default'\n"
+            "                     for OpenBLAS's own choice             default: Haswell\n"
+            "  --seed S           seed of the inputs and of FAVOR+'s W default: 42\n"
+            "  --help             this text\n"
+            "\n"
+            "Environment: run with OMP_WAIT_POLICY=passive (idle OpenMP threads would\n"
+            "otherwise spin against the peers). FAVOR_BENCH_PYTHON and\n"
+            "FAVOR_BENCH_TORCH_SCRIPT override the defaults of --python and --torch-script.\n",
+            FAVOR_BENCH_PYTHON, FAVOR_BENCH_TORCH_SCRIPT);
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v;
+    if (!s || *s < '0' || *s > '9') return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+/* A comma-separated list of positive integers. */
+static int parse_size_list(const char *s, size_t *out, int *count)
+{
+    char buf[256], *tok, *save = NULL;
+    int k = 0;
+    if (!s || strlen(s) >= sizeof buf) return -1;
+    strcpy(buf, s);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (k == MAX_LIST || parse_size(tok, &out[k]) != 0) return -1;
+        ++k;
+    }
+    *count = k;
+    return k ? 0 : -1;
+}
+
+static int parse_args(int argc, char **argv, config *c)
+{
+    int i, k;
+    size_t tmp[MAX_LIST], one;
+    const char *env;
+    memset(c, 0, sizeof *c);
+    c->methods[M_SOFTMAX] = c->methods[M_ELU1] = c->methods[M_FAVORP] = 1;
+    c->causal[0] = c->causal[1] = 1;
+    c->ds[0] = 64;
+    c->ds[1] = 128;
+    c->nds = 2;
+    c->n_min = 256;
+    c->n_max = 65536;
+    c->heads = 8;
+    c->m = 256;
+    c->threads[0] = 1;
+    c->threads[1] = 2;
+    c->nthreads = 2;
+    c->runs = 5;
+    c->limit = 10.0;
+    c->want_peer[P_BLAS_HSW] = c->want_peer[P_BLAS_DEF] = c->want_peer[P_TORCH] = 1;
+    c->decode = c->attention = 1;
+    c->decode_max = 1u << 20;
+    c->python = (env = getenv("FAVOR_BENCH_PYTHON")) && *env ? env : FAVOR_BENCH_PYTHON;
+    c->torch_script =
+        (env = getenv("FAVOR_BENCH_TORCH_SCRIPT")) && *env ? env : FAVOR_BENCH_TORCH_SCRIPT;
+    c->torch_core = "Haswell";
+    c->seed = 42;
+    for (i = 1; i < argc; ++i) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = 1;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--quick") == 0) {
+            c->quick = 1;
+            used = 0;
+        } else if (strcmp(a, "--no-blas") == 0) {
+            c->want_peer[P_BLAS_HSW] = c->want_peer[P_BLAS_DEF] = 0;
+            used = 0;
+        } else if (strcmp(a, "--no-blas-default") == 0) {
+            c->want_peer[P_BLAS_DEF] = 0;
+            used = 0;
+        } else if (strcmp(a, "--no-torch") == 0) {
+            c->want_peer[P_TORCH] = 0;
+            used = 0;
+        } else if (strcmp(a, "--no-decode") == 0) {
+            c->decode = 0;
+            used = 0;
+        } else if (strcmp(a, "--decode-only") == 0) {
+            c->attention = 0;
+            used = 0;
+        } else if (!v) {
+            fprintf(stderr, "favor_bench: %s: unknown option, or its value is missing\n", a);
+            return -1;
+        } else if (strcmp(a, "--methods") == 0) {
+            char buf[128], *tok, *save = NULL;
+            if (strlen(v) >= sizeof buf) return -1;
+            strcpy(buf, v);
+            memset(c->methods, 0, sizeof c->methods);
+            for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                int mm = method_of(tok);
+                if (mm < 0) {
+                    fprintf(stderr, "favor_bench: unknown method '%s'\n", tok);
+                    return -1;
+                }
+                c->methods[mm] = 1;
+            }
+        } else if (strcmp(a, "--causal") == 0) {
+            if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "0,1") && strcmp(v, "1,0")) {
+                fprintf(stderr, "favor_bench: --causal takes 0, 1 or 0,1\n");
+                return -1;
+            }
+            c->causal[0] = strchr(v, '0') != NULL;
+            c->causal[1] = strchr(v, '1') != NULL;
+        } else if (strcmp(a, "--d") == 0) {
+            if (parse_size_list(v, c->ds, &c->nds) != 0) return -1;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (parse_size_list(v, tmp, &c->nthreads) != 0) return -1;
+            for (k = 0; k < c->nthreads; ++k) c->threads[k] = (int)(tmp[k] > 64 ? 64 : tmp[k]);
+        } else if (strcmp(a, "--n-min") == 0) {
+            if (parse_size(v, &c->n_min) != 0) return -1;
+        } else if (strcmp(a, "--n-max") == 0) {
+            if (parse_size(v, &c->n_max) != 0) return -1;
+        } else if (strcmp(a, "--heads") == 0) {
+            if (parse_size(v, &c->heads) != 0) return -1;
+        } else if (strcmp(a, "--m") == 0) {
+            if (parse_size(v, &c->m) != 0) return -1;
+        } else if (strcmp(a, "--runs") == 0) {
+            if (parse_size(v, &one) != 0 || one > 1000) return -1;
+            c->runs = one < 5 ? 5 : (int)one;
+        } else if (strcmp(a, "--limit") == 0) {
+            c->limit = atof(v);
+            if (!(c->limit > 0)) return -1;
+        } else if (strcmp(a, "--decode-max") == 0) {
+            if (parse_size(v, &c->decode_max) != 0) return -1;
+        } else if (strcmp(a, "--csv") == 0) {
+            c->csv = v;
+        } else if (strcmp(a, "--json") == 0) {
+            c->json = v;
+        } else if (strcmp(a, "--python") == 0) {
+            c->python = v;
+        } else if (strcmp(a, "--torch-script") == 0) {
+            c->torch_script = v;
+        } else if (strcmp(a, "--torch-core") == 0) {
+            c->torch_core = v;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (parse_size(v, &one) != 0) return -1;
+            c->seed = one;
+        } else {
+            fprintf(stderr, "favor_bench: unknown option %s (see --help)\n", a);
+            return -1;
+        }
+        i += used;
+    }
+    if (c->quick) { /* tiny sizes unless the user narrowed them further */
+        if (c->n_max > 512) c->n_max = 512;
+        if (c->nds > 1 || c->ds[0] != 64) {
+            c->ds[0] = 64;
+            c->nds = 1;
+        }
+        if (c->decode_max > 4096) c->decode_max = 4096;
+    }
+    if (c->n_min > c->n_max) {
+        fprintf(stderr, "favor_bench: --n-min is larger than --n-max\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Results                                                                    */
+/* ------------------------------------------------------------------------- */
+
+enum { I_FAVOR = 0 }; /* impl index; peers are 1 + P_* */
+#define N_IMPL (1 + P_COUNT)
+
+typedef struct {
+    job_spec s;
+    int impl; /* I_FAVOR or 1 + P_* */
+    timing t;
+    double gflops, peak_frac, ratio; /* ratio: this time / favor's time (0: none) */
+} result_row;
+
+typedef struct {
+    size_t context;
+    double step_s, softmax_s; /* per token; 0 when not measured */
+    int step_runs, softmax_runs;
+} decode_row;
+
+static result_row *results;
+static size_t nresults, capresults;
+static FILE *csv_out; /* --csv: written row by row, so a cut run keeps its rows */
+static const peer *csv_peers;
+static decode_row decodes[16];
+static size_t ndecodes;
+
+static void csv_row(FILE *f, const result_row *r);
+
+static void add_result(const result_row *r)
+{
+    if (csv_out) {
+        csv_row(csv_out, r);
+        fflush(csv_out);
+    }
+    if (nresults == capresults) {
+        result_row *nr;
+        capresults = capresults ? 2 * capresults : 256;
+        nr = (result_row *)realloc(results, capresults * sizeof *results);
+        if (!nr) die("out of memory");
+        results = nr;
+    }
+    results[nresults++] = *r;
+}
+
+static const char *impl_id(int impl, const peer *peers)
+{
+    return impl == I_FAVOR ? "favor" : peers[impl - 1].id;
+}
+
+static void csv_row(FILE *f, const result_row *r)
+{
+    fprintf(f, "attention,%s,%d,%zu,%zu,%zu,%d,%s,%.6e,%.6e,%d,%.4f,%.4f,", method_id[r->s.method],
+            r->s.causal, r->s.d, r->s.n, r->s.heads, r->s.threads, impl_id(r->impl, csv_peers),
+            r->t.median, r->t.min, r->t.runs, r->gflops, r->peak_frac);
+    if (r->ratio > 0) fprintf(f, "%.4f", r->ratio);
+    fprintf(f, "\n");
+}
+
+/* Opens the CSV and writes its header; the rows follow as they are measured. */
+static void csv_open(const char *path, const peer *peers)
+{
+    csv_out = fopen(path, "w");
+    csv_peers = peers;
+    if (!csv_out) {
+        fprintf(stderr, "favor_bench: cannot write %s: %s\n", path, strerror(errno));
+        return;
+    }
+    fprintf(csv_out, "section,method,causal,d,n,heads,threads,impl,time_s,min_s,runs,gflops,"
+                     "peak_frac,ratio\n");
+    fflush(csv_out);
+}
+
+/* The decoding rows, and close. */
+static void csv_close(void)
+{
+    FILE *f = csv_out;
+    size_t i;
+    if (!f) return;
+    for (i = 0; i < ndecodes; ++i) {
+        const decode_row *r = &decodes[i];
+        if (r->step_s > 0)
+            fprintf(f, "decode,favor_linear_step,1,64,%zu,8,1,favor,%.6e,,%d,,,\n", r->context,
+                    r->step_s, r->step_runs);
+        if (r->softmax_s > 0)
+            fprintf(f, "decode,softmax_kv_cache,1,64,%zu,8,1,favor,%.6e,,%d,,,%.4f\n", r->context,
+                    r->softmax_s, r->softmax_runs, r->step_s > 0 ? r->softmax_s / r->step_s : 0);
+    }
+    fclose(f);
+    csv_out = NULL;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; ++s) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", (unsigned)(unsigned char)*s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* ------------------------------------------------------------------------- */
+/* The run                                                                    */
+/* ------------------------------------------------------------------------- */
+
+static void cpu_name(char *out, size_t len)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(out, len, "unknown CPU");
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (colon && (strncmp(line, "model name", 10) == 0 || strncmp(line, "Model", 5) == 0)) {
+            colon += 2;
+            colon[strcspn(colon, "\n")] = 0;
+            snprintf(out, len, "%s", colon);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* The 1-minute load average: other processes that took the CPU during the run. */
+static double load_average(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
+static int max_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+#ifdef FAVOR_BENCH_BLAS
+/* The path of this program, to start it again as the BLAS peer. */
+static const char *self_path(const char *argv0)
+{
+    return access("/proc/self/exe", X_OK) == 0 ? "/proc/self/exe" : argv0;
+}
+#endif
+
+static void fmt_time(char *out, size_t len, double s)
+{
+    if (s >= 1.0)
+        snprintf(out, len, "%8.3f s ", s);
+    else if (s >= 1e-3)
+        snprintf(out, len, "%8.3f ms", s * 1e3);
+    else
+        snprintf(out, len, "%8.1f us", s * 1e6);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Decoding: favor_linear_step after a context, softmax with a KV cache        */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+    const favor_tensor *q, *k, *v, *o;
+    favor_options opt;
+} sm_decode;
+
+static int sm_decode_call(void *p)
+{
+    sm_decode *s = (sm_decode *)p;
+    return favor_softmax_attention(s->q, s->k, s->v, s->o, &s->opt) != FAVOR_OK;
+}
+
+static int run_decode(const config *c)
+{
+    const size_t H = 8, d = 64, m = 256, block = 4096;
+    size_t cap = c->decode_max, ctx, absorbed = 0, sfl, wfl, i;
+    int batches = c->quick ? 5 : 21, steps = 32, failed = 0, absorb_threads = 1;
+    double sm_last = 0;
+    favor_features f;
+    favor_state st, saved;
+    float *w, *sst, *ssave, *bq, *bk, *bv, *bo, *tq, *tk, *tv, *to, *kc, *vc;
+    favor_tensor BQ, BK, BV, BO, TQ, TK, TV, TO, KC, VC;
+    favor_options opt = favor_default_options();
+    favor_status s;
+
+    for (i = 0; i < (size_t)c->nthreads; ++i)
+        if (c->threads[i] > absorb_threads) absorb_threads = c->threads[i];
+    wfl = favor_features_floats(FAVOR_POSITIVE, d, m);
+    w = alloc_floats(wfl);
+    if (favor_features_init(&f, FAVOR_POSITIVE, d, m, 0, c->seed, w) != FAVOR_OK) die("features");
+    sfl = favor_state_floats(&f, H, d);
+    sst = alloc_floats(sfl);
+    ssave = alloc_floats(sfl);
+    if (favor_state_init(&st, &f, H, d, sst) != FAVOR_OK) die("state");
+    bq = alloc_floats(H * block * d);
+    bk = alloc_floats(H * block * d);
+    bv = alloc_floats(H * block * d);
+    bo = alloc_floats(H * block * d);
+    fill_normal(bq, H * block * d, 0.5, c->seed + 11);
+    fill_normal(bk, H * block * d, 0.5, c->seed + 12);
+    fill_normal(bv, H * block * d, 1.0, c->seed + 13);
+    tq = alloc_floats(H * d);
+    tk = alloc_floats(H * d);
+    tv = alloc_floats(H * d);
+    to = alloc_floats(H * d);
+    fill_normal(tq, H * d, 0.5, c->seed + 14);
+    fill_normal(tk, H * d, 0.5, c->seed + 15);
+    fill_normal(tv, H * d, 1.0, c->seed + 16);
+    TQ = favor_tensor_packed(tq, H, 1, d);
+    TK = favor_tensor_packed(tk, H, 1, d);
+    TV = favor_tensor_packed(tv, H, 1, d);
+    TO = favor_tensor_packed(to, H, 1, d);
+    /* The KV cache: capacity `cap` tokens per head; a context of ctx tokens is its
+     * first ctx rows (head stride cap*d). */
+    kc = alloc_floats(H * cap * d);
+    vc = alloc_floats(H * cap * d);
+    fill_normal(kc, H * cap * d, 0.5, c->seed + 17);
+    fill_normal(vc, H * cap * d, 1.0, c->seed + 18);
+
+    printf("\nDecoding, per-token latency (%zu heads, d = d_v = %zu, FAVOR+ m = %zu, one thread):\n"
+           "  favor_linear_step: one token for every head after the context was absorbed\n"
+           "  with favor_linear_extend in blocks of %zu (median of %d batches of %d steps,\n"
+           "  each batch from the same saved state); softmax: favor_softmax_attention,\n"
+           "  one query row against the context's cached keys and values (causal),\n"
+           "  median of >= 5 calls after a warm-up.\n\n",
+           H, d, m, block, batches, steps);
+    printf("  %9s  %14s  %14s  %9s\n", "context", "linear step", "softmax+cache", "speedup");
+
+    opt.flags = FAVOR_CAUSAL;
+    opt.threads = absorb_threads;
+    for (ctx = 1024; ctx <= cap && !failed; ctx *= 4) {
+        decode_row r;
+        double *bt = (double *)xmalloc((size_t)batches * sizeof *bt);
+        int b, k;
+        char t1[32], t2[32];
+        memset(&r, 0, sizeof r);
+        r.context = ctx;
+        while (absorbed < ctx) { /* absorb up to ctx (not timed) */
+            size_t nb = ctx - absorbed < block ? ctx - absorbed : block;
+            BQ = favor_tensor_packed(bq, H, nb, d);
+            BK = favor_tensor_packed(bk, H, nb, d);
+            BV = favor_tensor_packed(bv, H, nb, d);
+            BO = favor_tensor_packed(bo, H, nb, d);
+            BQ.head_stride = BK.head_stride = BV.head_stride = BO.head_stride = block * d;
+            s = favor_linear_extend(&f, &st, &BQ, &BK, &BV, &BO, &opt);
+            if (s != FAVOR_OK) {
+                fprintf(stderr, "favor_bench: favor_linear_extend: %s\n", favor_status_string(s));
+                failed = 1;
+                break;
+            }
+            absorbed += nb;
+        }
+        if (failed) {
+            free(bt);
+            break;
+        }
+        saved = st;
+        memcpy(ssave, sst, sfl * sizeof(float));
+        for (b = 0; b < batches && !failed; ++b) {
+            double t0;
+            st = saved;
+            memcpy(sst, ssave, sfl * sizeof(float));
+            t0 = now_s();
+            for (k = 0; k < steps; ++k)
+                if ((s = favor_linear_step(&f, &st, &TQ, &TK, &TV, &TO)) != FAVOR_OK) {
+                    fprintf(stderr, "favor_bench: favor_linear_step: %s\n", favor_status_string(s));
+                    failed = 1;
+                    break;
+                }
+            bt[b] = (now_s() - t0) / steps;
+        }
+        st = saved; /* the context stays exactly ctx tokens for the next absorb */
+        memcpy(sst, ssave, sfl * sizeof(float));
+        if (!failed) {
+            qsort(bt, (size_t)batches, sizeof *bt, cmp_double);
+            r.step_s = bt[batches / 2];
+            r.step_runs = batches * steps;
+        }
+        free(bt);
+        /* softmax with the KV cache, while a call stays under the limit */
+        if (!failed && 4.0 * sm_last <= c->limit) { /* ctx grows 4x per row */
+            sm_decode sd;
+            timing t;
+            favor_options so = favor_default_options();
+            KC = favor_tensor_packed(kc, H, ctx, d);
+            VC = favor_tensor_packed(vc, H, ctx, d);
+            KC.head_stride = VC.head_stride = cap * d;
+            so.flags = FAVOR_CAUSAL;
+            so.threads = 1;
+            sd.q = &TQ;
+            sd.k = &KC;
+            sd.v = &VC;
+            sd.o = &TO;
+            sd.opt = so;
+            if (time_calls(sm_decode_call, &sd, c->runs, c->quick ? 0 : 0.25, &t) != 0) {
+                fprintf(stderr, "favor_bench: softmax decoding failed\n");
+                failed = 1;
+            } else {
+                r.softmax_s = t.median;
+                r.softmax_runs = t.runs;
+                sm_last = t.median;
+            }
+        }
+        fmt_time(t1, sizeof t1, r.step_s);
+        if (r.softmax_s > 0) fmt_time(t2, sizeof t2, r.softmax_s);
+        else snprintf(t2, sizeof t2, "%11s", "-");
+        printf("  %9zu  %14s  %14s  ", ctx, t1, t2);
+        if (r.softmax_s > 0 && r.step_s > 0) printf("%8.1fx\n", r.softmax_s / r.step_s);
+        else printf("%9s\n", "-");
+        fflush(stdout);
+        if (!failed) decodes[ndecodes++] = r;
+    }
+    if (ndecodes >= 2) {
+        const decode_row *first = &decodes[0], *last = &decodes[ndecodes - 1];
+        printf("\n  linear step at %zu tokens / at %zu tokens: %.2fx (flat = 1)\n", last->context,
+               first->context, last->step_s / first->step_s);
+        for (i = 0; i < ndecodes; ++i)
+            if ((decodes[i].context == 65536 || decodes[i].context == 1048576) &&
+                decodes[i].softmax_s > 0)
+                printf("  speedup over softmax decoding at %zuK tokens: %.0fx\n",
+                       decodes[i].context / 1024, decodes[i].softmax_s / decodes[i].step_s);
+    }
+    free(w);
+    free(sst);
+    free(ssave);
+    free(bq);
+    free(bk);
+    free(bv);
+    free(bo);
+    free(tq);
+    free(tk);
+    free(tv);
+    free(to);
+    free(kc);
+    free(vc);
+    return failed ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* main                                                                       */
+/* ------------------------------------------------------------------------- */
+
+static void note_add(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    size_t used = strlen(buf);
+    if (used + 8 >= len) return;
+    if (used) {
+        strcpy(buf + used, "; ");
+        used += 2;
+    }
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+/* One row of the table: favor.h (when x is given and it has not stopped) and every
+ * peer on one job. Returns the number of failures. */
+static int measure_row(const config *c, peer *peers, double peak, job_spec *s,
+                       int stopped[][MAX_LIST], int ti, job_data *x, const double *ref,
+                       int *checks)
+{
+    double flops = job_flops(s);
+    double growth = s->method == M_SOFTMAX ? 4.0 : 2.0; /* time at 2n / time at n */
+    timing ft;
+    favor_status fst = FAVOR_OK;
+    int fr = OUT_NONE, p, failures = 0, any = 0;
+    char tb[32], why[256], notes[1024];
+    result_row r;
+
+    notes[0] = 0;
+    for (p = 0; p < N_IMPL; ++p)
+        if (!stopped[p][ti] && (p == I_FAVOR ? x != NULL : peers[p - 1].up)) any = 1;
+    if (!any) return 0;
+    memset(&ft, 0, sizeof ft);
+    if (!stopped[I_FAVOR][ti] && x) {
+        s->check = ref != NULL;
+        if (run_favor(s, x, ref, &ft, &fst) != 0) {
+            fr = OUT_FAIL;
+            ++failures;
+            note_add(notes, sizeof notes, "favor.h FAILED: %s", favor_status_string(fst));
+        } else {
+            fr = OUT_OK;
+            if (ref) {
+                ++*checks;
+                if (!(ft.err <= 1.0)) {
+                    fr = OUT_MISMATCH;
+                    ++failures;
+                    note_add(notes, sizeof notes, "favor.h MISMATCH: error %.3g x the tolerance",
+                             ft.err);
+                } else {
+                    note_add(notes, sizeof notes, "favor.h ok: error %.2g x the tolerance", ft.err);
+                }
+            }
+            memset(&r, 0, sizeof r);
+            r.s = *s;
+            r.impl = I_FAVOR;
+            r.t = ft;
+            r.gflops = flops / ft.median * 1e-9;
+            r.peak_frac = r.gflops / peak;
+            r.ratio = 1.0;
+            add_result(&r);
+            if (ft.median * growth > c->limit) stopped[I_FAVOR][ti] = 1;
+        }
+    }
+    printf("%-7s %-6s %4zu %6zu %3d |", method_id[s->method], s->causal ? "yes" : "no", s->d,
+           s->n, s->threads);
+    if (fr == OUT_OK || fr == OUT_MISMATCH) {
+        fmt_time(tb, sizeof tb, ft.median);
+        printf(" %11s %8.1f %5.1f%%", tb, flops / ft.median * 1e-9,
+               100.0 * flops / ft.median * 1e-9 / peak);
+    } else {
+        printf(" %11s %8s %6s", fr == OUT_FAIL ? "FAILED" : "-", "-", "-");
+    }
+    fflush(stdout);
+
+    for (p = 0; p < P_COUNT; ++p) {
+        timing pt;
+        int pr;
+        if (!peers[p].col) continue;
+        if (!peers[p].up || stopped[1 + p][ti]) {
+            printf(" | %12s %6s", "-", "");
+            continue;
+        }
+        /* peers are checked at the first thread count of a --quick run */
+        s->check = c->quick && ti == 0;
+        pr = peer_run(&peers[p], s, &pt, why, sizeof why);
+        if (pr == OUT_OK) {
+            memset(&r, 0, sizeof r);
+            r.s = *s;
+            r.impl = 1 + p;
+            r.t = pt;
+            r.gflops = flops / pt.median * 1e-9;
+            r.peak_frac = r.gflops / peak;
+            r.ratio = fr == OUT_OK || fr == OUT_MISMATCH ? pt.median / ft.median : 0;
+            add_result(&r);
+            if (pt.median * growth > c->limit) stopped[1 + p][ti] = 1;
+            fmt_time(tb, sizeof tb, pt.median);
+            if (r.ratio > 0)
+                printf(" | %12s %5.2fx", tb, r.ratio);
+            else
+                printf(" | %12s %6s", tb, "");
+            if (s->check) {
+                ++*checks;
+                if (!(pt.err <= 1.0)) {
+                    ++failures;
+                    note_add(notes, sizeof notes, "%s MISMATCH: error %.3g x the tolerance",
+                             peers[p].title, pt.err);
+                }
+            }
+        } else {
+            stopped[1 + p][ti] = 1;
+            printf(" | %12s %6s", pr == OUT_SKIP ? "skipped" : "FAILED", "");
+            note_add(notes, sizeof notes, "%s: %s", peers[p].title, why);
+            if (pr == OUT_FAIL) ++failures;
+        }
+        fflush(stdout);
+    }
+    printf("\n");
+    if (notes[0]) printf("    %s\n", notes);
+    fflush(stdout);
+    return failures;
+}
+
+/* One series of rows: a method, a mask and a head size, for n = n_min, 2 n_min, ...
+ * up to n_max, each at every thread count. Returns the number of failures. */
+static int run_series(const config *c, peer *peers, const double *peak, int mi, int ci,
+                      size_t d, int *checks)
+{
+    int stopped[N_IMPL][MAX_LIST], failures = 0, ti, p;
+    size_t n;
+    memset(stopped, 0, sizeof stopped);
+    for (n = c->n_min; n <= c->n_max; n *= 2) {
+        job_spec s;
+        job_data x;
+        double *ref = NULL;
+        int favor_on = 0, any = 0;
+        memset(&s, 0, sizeof s);
+        s.method = mi;
+        s.causal = ci;
+        s.d = d;
+        s.n = n;
+        s.heads = c->heads;
+        s.m = c->m;
+        s.runs = c->runs;
+        s.budget_ms = c->quick ? 0 : 250;
+        s.seed = c->seed;
+        for (ti = 0; ti < c->nthreads; ++ti)
+            for (p = 0; p < N_IMPL; ++p)
+                if (!stopped[p][ti] && (p == I_FAVOR || peers[p - 1].up)) {
+                    any = 1;
+                    if (p == I_FAVOR) favor_on = 1;
+                }
+        if (!any) break;
+        if (favor_on) { /* the inputs (and the reference) serve every thread count */
+            job_data_make(&s, &x);
+            if (c->quick) {
+                favor_features f;
+                float *w = features_make(&s, &f);
+                ref = reference(&s, &x, &f);
+                free(w);
+            }
+        }
+        for (ti = 0; ti < c->nthreads; ++ti) {
+            s.threads = c->threads[ti];
+            failures += measure_row(c, peers, peak[ti], &s, stopped, ti, favor_on ? &x : NULL,
+                                    ref, checks);
+        }
+        if (favor_on) job_data_free(&x);
+        free(ref);
+    }
+    return failures;
+}
+
+static const char *const peer_title[P_COUNT] = {"BLAS-Haswell", "BLAS-default", "torch"};
+static const char *const peer_id[P_COUNT] = {"openblas_haswell", "openblas_default", "torch"};
+
+int main(int argc, char **argv)
+{
+    config c;
+    peer peers[P_COUNT];
+    double peak[MAX_LIST + 1];
+    char cpu[256];
+    const char *policy = getenv("OMP_WAIT_POLICY");
+    int p, ti, mi, ci, di, failures = 0, checks = 0, omp = 0;
+    double started = now_s();
+
+#ifdef _OPENMP
+    omp = 1;
+#endif
+    signal(SIGPIPE, SIG_IGN);
+    if (argc == 2 && strcmp(argv[1], "--serve-blas") == 0) {
+#ifdef FAVOR_BENCH_BLAS
+        return serve_blas();
+#else
+        printf("unavailable built without BLAS\n");
+        return 0;
+#endif
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows through a pipe (tee, ctest) */
+    if (parse_args(argc, argv, &c) != 0) {
+        usage(stderr);
+        return 2;
+    }
+
+    /* Header: machine, peak, formulas, peers. */
+    cpu_name(cpu, sizeof cpu);
+    printf("favor_bench%s: favor.h backend %s, %s, OpenMP %s (max %d threads), "
+           "OMP_WAIT_POLICY=%s\n",
+           c.quick ? " --quick" : "", favor_backend(), cpu, omp ? "on" : "off", max_threads(),
+           policy ? policy : "(unset)");
+    if (load_average() >= 0)
+        printf("load average at start: %.2f (on %ld CPUs; more than this program's threads\n"
+               "means other processes share the cores and the times are inflated)\n",
+               load_average(), sysconf(_SC_NPROCESSORS_ONLN));
+    if (omp && (!policy || (strcmp(policy, "passive") != 0 && strcmp(policy, "PASSIVE") != 0)))
+        printf("note: set OMP_WAIT_POLICY=passive: idle OpenMP threads spin otherwise\n");
+    if (!omp) printf("note: built without OpenMP: threads > 1 run on one thread\n");
+    for (ti = 0; ti < c.nthreads; ++ti) {
+        peak[ti] = measure_peak(c.threads[ti], c.quick ? 0.02 : 0.2, c.quick ? 2 : 5);
+        printf("fp32 FMA peak, %d thread%s: %.1f GFLOP/s (%s)\n", c.threads[ti],
+               c.threads[ti] == 1 ? "" : "s", peak[ti], peak_what());
+    }
+    print_formulas(stdout);
+    printf("Shapes: %zu heads, d_v = d, n_k = n; Q, K ~ N(0, 0.5^2), V ~ N(0, 1); FAVOR+ m = %zu.\n",
+           c.heads, c.m);
+    if (c.quick)
+        printf("Time: median of %d calls after a warm-up call. Every favor.h result (and each\n"
+               "peer's, at the first thread count) is checked against a float64 evaluation of\n"
+               "the same formula: softmax, elu+1 within 2e-5 max|V|; FAVOR+ (same W) within\n"
+               "1e-4 max|O_ref|. ratio = peer time / favor time (> 1: favor is faster).\n",
+               c.runs);
+    else
+        printf("Time: median of >= %d calls after a warm-up call (more calls, up to 50, while\n"
+               "they take < 0.25 s together). An implementation is not run at 2n when its\n"
+               "call there would pass %g s (its time at n x 4 for softmax, x 2 for linear).\n"
+               "ratio = peer time / favor time (> 1: favor is faster).\n",
+               c.runs, c.limit);
+
+    for (p = 0; p < P_COUNT; ++p) {
+        memset(&peers[p], 0, sizeof peers[p]);
+        peers[p].title = peer_title[p];
+        peers[p].id = peer_id[p];
+        if (!c.want_peer[p] || !c.attention) {
+            snprintf(peers[p].note, sizeof peers[p].note, "not requested");
+            continue;
+        }
+        if (p == P_BLAS_HSW || p == P_BLAS_DEF) {
+#ifdef FAVOR_BENCH_BLAS
+            char *args[3];
+            args[0] = (char *)self_path(argv[0]);
+            args[1] = (char *)"--serve-blas";
+            args[2] = NULL;
+            peer_start(&peers[p], args, p == P_BLAS_HSW ? "Haswell" : NULL);
+#else
+            snprintf(peers[p].note, sizeof peers[p].note,
+                     "built without BLAS (CMake found no BLAS with cblas.h)");
+#endif
+        } else {
+            char *args[4];
+            args[0] = (char *)c.python;
+            args[1] = (char *)c.torch_script;
+            args[2] = (char *)"--serve";
+            args[3] = NULL;
+            peer_start(&peers[p], args, strcmp(c.torch_core, "default") == 0 ? NULL : c.torch_core);
+        }
+    }
+    for (p = 0; p < P_COUNT; ++p) peers[p].col = peers[p].up;
+    printf("Peers (each in its own process):\n");
+    printf("  %-13s %s: %s\n", peers[P_BLAS_HSW].title,
+           "cblas_sgemm with OPENBLAS_CORETYPE=Haswell",
+           peers[P_BLAS_HSW].up ? peers[P_BLAS_HSW].note : "skipped");
+    if (!peers[P_BLAS_HSW].up) printf("                (%s)\n", peers[P_BLAS_HSW].note);
+    printf("  %-13s %s: %s\n", peers[P_BLAS_DEF].title, "cblas_sgemm, OpenBLAS's own core choice",
+           peers[P_BLAS_DEF].up ? peers[P_BLAS_DEF].note : "skipped");
+    if (!peers[P_BLAS_DEF].up) printf("                (%s)\n", peers[P_BLAS_DEF].note);
+    printf("  %-13s %s: %s\n", peers[P_TORCH].title, c.torch_script,
+           peers[P_TORCH].up ? peers[P_TORCH].note : "skipped");
+    if (!peers[P_TORCH].up) printf("                (%s)\n", peers[P_TORCH].note);
+    printf("\n");
+
+    if (c.csv) csv_open(c.csv, peers);
+
+    /* The table. */
+    printf("%-7s %-6s %4s %6s %3s | %11s %8s %6s", "method", "causal", "d", "n", "thr", "favor",
+           "GFLOP/s", "%peak");
+    for (p = 0; p < P_COUNT; ++p)
+        if (peers[p].up) printf(" | %12s %6s", peers[p].title, "ratio");
+    printf("\n");
+    fflush(stdout);
+
+    for (di = 0; di < c.nds && c.attention; ++di)
+        for (mi = 0; mi < M_COUNT; ++mi)
+            for (ci = 0; ci < 2; ++ci)
+                if (c.methods[mi] && c.causal[ci])
+                    failures += run_series(&c, peers, peak, mi, ci, c.ds[di], &checks);
+
+    if (c.decode && run_decode(&c) != 0) ++failures;
+
+    for (p = 0; p < P_COUNT; ++p) peer_stop(&peers[p]);
+
+    csv_close();
+    if (c.json) {
+        FILE *f = fopen(c.json, "w");
+        size_t i;
+        if (!f) {
+            fprintf(stderr, "favor_bench: cannot write %s: %s\n", c.json, strerror(errno));
+        } else {
+            fprintf(f, "{\n  \"cpu\": ");
+            json_string(f, cpu);
+            fprintf(f, ",\n  \"backend\": ");
+            json_string(f, favor_backend());
+            fprintf(f, ",\n  \"openmp\": %s,\n  \"omp_wait_policy\": ", omp ? "true" : "false");
+            json_string(f, policy ? policy : "");
+            fprintf(f, ",\n  \"heads\": %zu,\n  \"m\": %zu,\n  \"peak_gflops\": {", c.heads, c.m);
+            for (ti = 0; ti < c.nthreads; ++ti)
+                fprintf(f, "%s\"%d\": %.3f", ti ? ", " : "", c.threads[ti], peak[ti]);
+            fprintf(f, "},\n  \"peak_loop\": ");
+            json_string(f, peak_what());
+            fprintf(f, ",\n  \"flops\": ");
+            json_string(f, "per head, d_v = d, n_k = n: softmax 4*n^2*d (causal 2*n^2*d); linear "
+                           "4*n*c*d_v (c = d for elu+1, m for FAVOR+), causal the same; FAVOR+ "
+                           "feature map 2*n*m*d per input (Q and K)");
+            fprintf(f, ",\n  \"peers\": [");
+            for (p = 0; p < P_COUNT; ++p) {
+                fprintf(f, "%s\n    {\"id\": ", p ? "," : "");
+                json_string(f, peers[p].id);
+                fprintf(f, ", \"note\": ");
+                json_string(f, peers[p].note);
+                fprintf(f, "}");
+            }
+            fprintf(f, "\n  ],\n  \"results\": [");
+            for (i = 0; i < nresults; ++i) {
+                const result_row *r = &results[i];
+                fprintf(f,
+                        "%s\n    {\"method\": \"%s\", \"causal\": %d, \"d\": %zu, \"n\": %zu, "
+                        "\"heads\": %zu, \"threads\": %d, \"impl\": \"%s\", \"time_s\": %.6e, "
+                        "\"min_s\": %.6e, \"runs\": %d, \"gflops\": %.4f, \"peak_frac\": %.4f",
+                        i ? "," : "", method_id[r->s.method], r->s.causal, r->s.d, r->s.n,
+                        r->s.heads, r->s.threads, impl_id(r->impl, peers), r->t.median, r->t.min,
+                        r->t.runs, r->gflops, r->peak_frac);
+                if (r->ratio > 0) fprintf(f, ", \"ratio\": %.4f", r->ratio);
+                if (r->t.err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->t.err);
+                fprintf(f, "}");
+            }
+            fprintf(f, "\n  ],\n  \"decode\": [");
+            for (i = 0; i < ndecodes; ++i)
+                fprintf(f,
+                        "%s\n    {\"context\": %zu, \"linear_step_s\": %.6e, \"softmax_s\": %.6e}",
+                        i ? "," : "", decodes[i].context, decodes[i].step_s, decodes[i].softmax_s);
+            fprintf(f, "\n  ],\n  \"seconds\": %.1f\n}\n", now_s() - started);
+            fclose(f);
+        }
+    }
+    if (load_average() >= 0) printf("\nload average at the end: %.2f\n", load_average());
+    printf("\n%s: %d measurement%s checked against the float64 reference, %d failure%s "
+           "(%.1f s)\n",
+           failures ? "FAILED" : "done", checks, checks == 1 ? "" : "s", failures,
+           failures == 1 ? "" : "s", now_s() - started);
+    free(results);
+    return failures ? 1 : 0;
+}
