@@ -985,7 +985,7 @@ static void usage(FILE *to)
             "(cblas_sgemm) and a PyTorch implementation of the same methods, then the\n"
             "per-token latency of decoding, and prints one table.\n"
             "\n"
-            "  --quick            smoke test: n = 256, 512, d = 64, every method checked\n"
+            "  --quick            smoke test: n = 256, d = 64, every method checked\n"
             "                     against a float64 reference; exit 1 on a mismatch\n"
             "  --methods LIST     softmax,elu1,favor+                 default: all three\n"
             "  --causal LIST      0,1 (non-causal, causal)             default: 0,1\n"
@@ -1163,12 +1163,12 @@ static int parse_args(int argc, char **argv, config *c)
         i += used;
     }
     if (c->quick) { /* tiny sizes unless the user narrowed them further */
-        if (c->n_max > 512) c->n_max = 512;
+        if (c->n_max > 256) c->n_max = 256;
         if (c->nds > 1 || c->ds[0] != 64) {
             c->ds[0] = 64;
             c->nds = 1;
         }
-        if (c->decode_max > 4096) c->decode_max = 4096;
+        if (c->decode_max > 1024) c->decode_max = 1024;
     }
     if (c->n_min > c->n_max) {
         fprintf(stderr, "favor_bench: --n-min is larger than --n-max\n");
@@ -1188,7 +1188,8 @@ typedef struct {
     job_spec s;
     int impl; /* I_FAVOR or 1 + P_* */
     timing t;
-    double gflops, peak_frac, ratio; /* ratio: this time / favor's time (0: none) */
+    double gflops, peak, peak_frac; /* peak: the FMA peak (GFLOP/s) it is a fraction of */
+    double ratio;                    /* this time / favor's time (0: none)               */
 } result_row;
 
 typedef struct {
@@ -1233,7 +1234,7 @@ static void csv_row(FILE *f, const result_row *r)
             r->s.causal, r->s.d, r->s.n, r->s.heads, r->s.threads, impl_id(r->impl, csv_peers),
             r->t.median, r->t.min, r->t.runs, r->gflops, r->peak_frac);
     if (r->ratio > 0) fprintf(f, "%.4f", r->ratio);
-    fprintf(f, "\n");
+    fprintf(f, ",%.3f\n", r->peak);
 }
 
 /* Opens the CSV and writes its header; the rows follow as they are measured. */
@@ -1246,7 +1247,7 @@ static void csv_open(const char *path, const peer *peers)
         return;
     }
     fprintf(csv_out, "section,method,causal,d,n,heads,threads,impl,time_s,min_s,runs,gflops,"
-                     "peak_frac,ratio\n");
+                     "peak_frac,ratio,peak_gflops\n");
     fflush(csv_out);
 }
 
@@ -1259,10 +1260,10 @@ static void csv_close(void)
     for (i = 0; i < ndecodes; ++i) {
         const decode_row *r = &decodes[i];
         if (r->step_s > 0)
-            fprintf(f, "decode,favor_linear_step,1,64,%zu,8,1,favor,%.6e,,%d,,,\n", r->context,
+            fprintf(f, "decode,favor_linear_step,1,64,%zu,8,1,favor,%.6e,,%d,,,,\n", r->context,
                     r->step_s, r->step_runs);
         if (r->softmax_s > 0)
-            fprintf(f, "decode,softmax_kv_cache,1,64,%zu,8,1,favor,%.6e,,%d,,,%.4f\n", r->context,
+            fprintf(f, "decode,softmax_kv_cache,1,64,%zu,8,1,favor,%.6e,,%d,,,%.4f,\n", r->context,
                     r->softmax_s, r->softmax_runs, r->step_s > 0 ? r->softmax_s / r->step_s : 0);
     }
     fclose(f);
@@ -1586,6 +1587,7 @@ static int measure_row(const config *c, peer *peers, double peak, job_spec *s,
             r.impl = I_FAVOR;
             r.t = ft;
             r.gflops = flops / ft.median * 1e-9;
+            r.peak = peak;
             r.peak_frac = r.gflops / peak;
             r.ratio = 1.0;
             add_result(&r);
@@ -1620,6 +1622,7 @@ static int measure_row(const config *c, peer *peers, double peak, job_spec *s,
             r.impl = 1 + p;
             r.t = pt;
             r.gflops = flops / pt.median * 1e-9;
+            r.peak = peak;
             r.peak_frac = r.gflops / peak;
             r.ratio = fr == OUT_OK || fr == OUT_MISMATCH ? pt.median / ft.median : 0;
             add_result(&r);
@@ -1653,11 +1656,19 @@ static int measure_row(const config *c, peer *peers, double peak, job_spec *s,
 
 /* One series of rows: a method, a mask and a head size, for n = n_min, 2 n_min, ...
  * up to n_max, each at every thread count. Returns the number of failures. */
-static int run_series(const config *c, peer *peers, const double *peak, int mi, int ci,
-                      size_t d, int *checks)
+static int run_series(const config *c, peer *peers, double *peak, double *peak_lo,
+                      double *peak_hi, int mi, int ci, size_t d, int *checks)
 {
-    int stopped[N_IMPL][MAX_LIST], failures = 0, ti, p;
+    int stopped[N_IMPL][MAX_LIST], failures = 0, ti, p, first = peak_hi[0] == 0;
     size_t n;
+    /* The peak again before each series (but the first, just measured): the
+     * clock of a VM drifts and other processes come and go; a row's % of peak is
+     * against the peak measured nearest to it. */
+    for (ti = 0; ti < c->nthreads; ++ti) {
+        if (!first && !c->quick) peak[ti] = measure_peak(c->threads[ti], 0.1, 5);
+        if (first || peak[ti] < peak_lo[ti]) peak_lo[ti] = peak[ti];
+        if (first || peak[ti] > peak_hi[ti]) peak_hi[ti] = peak[ti];
+    }
     memset(stopped, 0, sizeof stopped);
     for (n = c->n_min; n <= c->n_max; n *= 2) {
         job_spec s;
@@ -1708,11 +1719,14 @@ int main(int argc, char **argv)
 {
     config c;
     peer peers[P_COUNT];
-    double peak[MAX_LIST + 1];
+    double peak[MAX_LIST + 1], peak0[MAX_LIST + 1], peak_lo[MAX_LIST + 1], peak_hi[MAX_LIST + 1];
     char cpu[256];
     const char *policy = getenv("OMP_WAIT_POLICY");
     int p, ti, mi, ci, di, failures = 0, checks = 0, omp = 0;
     double started = now_s();
+
+    memset(peak_hi, 0, sizeof peak_hi); /* 0: no series has run yet */
+    memset(peak_lo, 0, sizeof peak_lo);
 
 #ifdef _OPENMP
     omp = 1;
@@ -1749,6 +1763,7 @@ int main(int argc, char **argv)
         peak[ti] = measure_peak(c.threads[ti], c.quick ? 0.02 : 0.2, c.quick ? 2 : 5);
         printf("fp32 FMA peak, %d thread%s: %.1f GFLOP/s (%s)\n", c.threads[ti],
                c.threads[ti] == 1 ? "" : "s", peak[ti], peak_what());
+        peak0[ti] = peak[ti];
     }
     print_formulas(stdout);
     printf("Shapes: %zu heads, d_v = d, n_k = n; Q, K ~ N(0, 0.5^2), V ~ N(0, 1); FAVOR+ m = %zu.\n",
@@ -1763,6 +1778,7 @@ int main(int argc, char **argv)
         printf("Time: median of >= %d calls after a warm-up call (more calls, up to 50, while\n"
                "they take < 0.25 s together). An implementation is not run at 2n when its\n"
                "call there would pass %g s (its time at n x 4 for softmax, x 2 for linear).\n"
+               "%%peak: of the FMA peak measured again before each series (method, mask, d).\n"
                "ratio = peer time / favor time (> 1: favor is faster).\n",
                c.runs, c.limit);
 
@@ -1822,7 +1838,13 @@ int main(int argc, char **argv)
         for (mi = 0; mi < M_COUNT; ++mi)
             for (ci = 0; ci < 2; ++ci)
                 if (c.methods[mi] && c.causal[ci])
-                    failures += run_series(&c, peers, peak, mi, ci, c.ds[di], &checks);
+                    failures += run_series(&c, peers, peak, peak_lo, peak_hi, mi, ci, c.ds[di],
+                                           &checks);
+
+    if (peak_hi[0] > 0)
+        for (ti = 0; ti < c.nthreads; ++ti)
+            printf("FMA peak over the series, %d thread%s: %.1f to %.1f GFLOP/s\n", c.threads[ti],
+                   c.threads[ti] == 1 ? "" : "s", peak_lo[ti], peak_hi[ti]);
 
     if (c.decode && run_decode(&c) != 0) ++failures;
 
@@ -1841,9 +1863,13 @@ int main(int argc, char **argv)
             json_string(f, favor_backend());
             fprintf(f, ",\n  \"openmp\": %s,\n  \"omp_wait_policy\": ", omp ? "true" : "false");
             json_string(f, policy ? policy : "");
-            fprintf(f, ",\n  \"heads\": %zu,\n  \"m\": %zu,\n  \"peak_gflops\": {", c.heads, c.m);
+            fprintf(f, ",\n  \"heads\": %zu,\n  \"m\": %zu,\n  \"peak_gflops_at_start\": {", c.heads, c.m);
             for (ti = 0; ti < c.nthreads; ++ti)
-                fprintf(f, "%s\"%d\": %.3f", ti ? ", " : "", c.threads[ti], peak[ti]);
+                fprintf(f, "%s\"%d\": %.3f", ti ? ", " : "", c.threads[ti], peak0[ti]);
+            fprintf(f, "},\n  \"peak_gflops_range\": {");
+            for (ti = 0; ti < c.nthreads; ++ti)
+                fprintf(f, "%s\"%d\": [%.3f, %.3f]", ti ? ", " : "", c.threads[ti], peak_lo[ti],
+                        peak_hi[ti]);
             fprintf(f, "},\n  \"peak_loop\": ");
             json_string(f, peak_what());
             fprintf(f, ",\n  \"flops\": ");
@@ -1864,10 +1890,11 @@ int main(int argc, char **argv)
                 fprintf(f,
                         "%s\n    {\"method\": \"%s\", \"causal\": %d, \"d\": %zu, \"n\": %zu, "
                         "\"heads\": %zu, \"threads\": %d, \"impl\": \"%s\", \"time_s\": %.6e, "
-                        "\"min_s\": %.6e, \"runs\": %d, \"gflops\": %.4f, \"peak_frac\": %.4f",
+                        "\"min_s\": %.6e, \"runs\": %d, \"gflops\": %.4f, \"peak_gflops\": %.3f, "
+                        "\"peak_frac\": %.4f",
                         i ? "," : "", method_id[r->s.method], r->s.causal, r->s.d, r->s.n,
                         r->s.heads, r->s.threads, impl_id(r->impl, peers), r->t.median, r->t.min,
-                        r->t.runs, r->gflops, r->peak_frac);
+                        r->t.runs, r->gflops, r->peak, r->peak_frac);
                 if (r->ratio > 0) fprintf(f, ", \"ratio\": %.4f", r->ratio);
                 if (r->t.err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->t.err);
                 fprintf(f, "}");

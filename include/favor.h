@@ -429,8 +429,6 @@ static inline favor__su favor__s_isub(favor__su a, favor__su b) { return a - b; 
 static inline favor__su favor__s_iset1(favor__su a) { return a; }
 #define favor__s_srli(a, n) ((favor__su)(a) >> (n))
 #define favor__s_slli(a, n) ((favor__su)(a) << (n))
-/* x where x is NaN, else y */
-static inline float favor__s_nanpass(float x, float y) { return x != x ? x + x : y; }
 /* a where x > 0, else b */
 static inline float favor__s_pos_select(float x, float a, float b) { return x > 0.0f ? a : b; }
 static inline float favor__s_hsum(float x) { return x; }
@@ -460,10 +458,6 @@ typedef __m256i favor__vu;
 #define favor__v_iset1(a) _mm256_set1_epi32((int)(a))
 #define favor__v_srli(a, n) _mm256_srli_epi32((a), (n))
 #define favor__v_slli(a, n) _mm256_slli_epi32((a), (n))
-static inline favor__vf favor__v_nanpass(favor__vf x, favor__vf y)
-{
-    return _mm256_blendv_ps(y, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
 static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf b)
 {
     return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
@@ -506,10 +500,6 @@ static inline favor__vf favor__v_min(favor__vf a, favor__vf b) { return vbslq_f3
 #define favor__v_iset1(a) vdupq_n_u32(a)
 #define favor__v_srli(a, n) vshrq_n_u32((a), (n))
 #define favor__v_slli(a, n) vshlq_n_u32((a), (n))
-static inline favor__vf favor__v_nanpass(favor__vf x, favor__vf y)
-{
-    return vbslq_f32(vceqq_f32(x, x), y, vaddq_f32(x, x));
-}
 static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf b)
 {
     return vbslq_f32(vcgtq_f32(x, vdupq_n_f32(0.0f)), a, b);
@@ -537,7 +527,6 @@ typedef favor__su favor__vu;
 #define favor__v_iset1 favor__s_iset1
 #define favor__v_srli favor__s_srli
 #define favor__v_slli favor__s_slli
-#define favor__v_nanpass favor__s_nanpass
 #define favor__v_pos_select favor__s_pos_select
 #define favor__v_hsum favor__s_hsum
 #define favor__v_hmax favor__s_hmax
@@ -549,14 +538,17 @@ typedef favor__su favor__vu;
  * minimax-style polynomial of Cephes' expf on |r| <= ln2/2. 2^n is built in the
  * exponent bits as 2^n1 * 2^n2 (n1 = floor(n/2)), so results down in the
  * subnormal range come out right with a single rounding. x is first clamped to
- * [-104, 89] (below -104 exp rounds to 0, above 88.73 it overflows to +inf);
- * the clamp keeps NaN, and NaN is passed through at the end. Defined by a macro
- * so the scalar and vector versions are one algorithm. */
-#define FAVOR__DEFINE_EXP(NAME, VF, VU, P)                                           \
+ * [-104, 89] (below -104 exp rounds to 0, above 88.73 it overflows to +inf).
+ * NaN needs no test of its own: the clamp is written so that it keeps NaN (max
+ * and min return their second operand when either is NaN, on every backend),
+ * and a NaN r makes the polynomial, and so the result, NaN. Defined by a macro
+ * so the scalar and vector versions are one algorithm; CLAMP is the clamp of x,
+ * shorter where x is known to be <= 0 (elu). */
+#define FAVOR__DEFINE_EXP(NAME, VF, VU, P, CLAMP)                                    \
     static inline VF NAME(VF x)                                                      \
     {                                                                                \
         const VF magic = P##set1(12582912.0f); /* 1.5 * 2^23 */                    \
-        VF xc = P##min(P##set1(89.0f), P##max(P##set1(-104.0f), x));               \
+        VF xc = CLAMP;                                                               \
         VF t = P##fma(xc, P##set1(1.44269504088896341f), magic);                    \
         VF n = P##sub(t, magic);                                                     \
         VF r = P##fma(n, P##set1(-0.693359375f), xc);                               \
@@ -576,27 +568,34 @@ typedef favor__su favor__vu;
         n1 = P##isub(P##srli(u, 1), P##iset1(128u));  /* floor(n/2) */              \
         n2 = P##isub(ni, n1);                                                        \
         y = P##mul(y, P##asfloat(P##slli(P##iadd(n1, P##iset1(127u)), 23)));        \
-        y = P##mul(y, P##asfloat(P##slli(P##iadd(n2, P##iset1(127u)), 23)));        \
-        return P##nanpass(x, y);                                                     \
+        return P##mul(y, P##asfloat(P##slli(P##iadd(n2, P##iset1(127u)), 23)));     \
     }
 
-FAVOR__DEFINE_EXP(favor__s_exp, float, favor__su, favor__s_)
+FAVOR__DEFINE_EXP(favor__s_exp, float, favor__su, favor__s_,
+                  favor__s_min(89.0f, favor__s_max(-104.0f, x)))
+/* exp of x <= 0 (or NaN): only the lower clamp */
+FAVOR__DEFINE_EXP(favor__s_expneg, float, favor__su, favor__s_, favor__s_max(-104.0f, x))
 #if FAVOR_SIMD != FAVOR_SCALAR
-FAVOR__DEFINE_EXP(favor__v_exp, favor__vf, favor__vu, favor__v_)
+FAVOR__DEFINE_EXP(favor__v_exp, favor__vf, favor__vu, favor__v_,
+                  favor__v_min(favor__v_set1(89.0f), favor__v_max(favor__v_set1(-104.0f), x)))
+FAVOR__DEFINE_EXP(favor__v_expneg, favor__vf, favor__vu, favor__v_,
+                  favor__v_max(favor__v_set1(-104.0f), x))
 #else
 #define favor__v_exp favor__s_exp
+#define favor__v_expneg favor__s_expneg
 #endif
 
-/* elu(x) + 1: x + 1 for x > 0, exp(x) otherwise (NaN stays NaN). */
+/* elu(x) + 1: x + 1 for x > 0, exp(x) otherwise (min(0, NaN) is NaN, so NaN
+ * stays NaN). */
 static inline float favor__s_elu1(float x)
 {
-    return favor__s_pos_select(x, favor__s_add(x, 1.0f), favor__s_exp(favor__s_min(x, 0.0f)));
+    return favor__s_pos_select(x, favor__s_add(x, 1.0f), favor__s_expneg(favor__s_min(0.0f, x)));
 }
 static inline favor__vf favor__v_elu1(favor__vf x)
 {
     favor__vf zero = favor__v_set1(0.0f);
     return favor__v_pos_select(x, favor__v_add(x, favor__v_set1(1.0f)),
-                               favor__v_exp(favor__v_min(zero, x)));
+                               favor__v_expneg(favor__v_min(zero, x)));
 }
 
 /* Array forms: y[i] = exp(x[i] + a), y[i] = elu1(x[i]), in place allowed. */
@@ -1664,13 +1663,16 @@ typedef struct {
     size_t ohs, ldo, count;
 } favor__qgroup;
 
-/* causal chunk: nr (<= C) aligned query rows and keys, then absorb the keys */
+/* causal chunk: nr (<= C) aligned query rows and keys, then absorb the keys.
+ * The intra-chunk products are triangular: a row block [i0, i0+mr) needs keys
+ * [0, i0+mr) only, so each block's scores (rounded up to whole vectors) and its
+ * product with V stop there, which saves about a third of the C x C work. */
 static void favor__lin_causal_chunk(const favor__map *mp, float *S, float *z, float *c,
                                     const float *K, size_t ldk, const float *V, size_t ldv,
                                     size_t nr, size_t dv, const favor__qgroup *qg,
                                     favor__chunk *cb)
 {
-    size_t i, j, t, w = mp->width, C = cb->cap;
+    size_t i, j, t, i0, w = mp->width, C = cb->cap;
     int rising;
     float mrun = *c;
     FAVOR_ASSERT(nr >= 1 && nr <= C);
@@ -1684,21 +1686,27 @@ static void favor__lin_causal_chunk(const favor__map *mp, float *S, float *z, fl
         float *O = qg->O + t * qg->ohs;
         favor__phi_raw(mp, Q, qg->ldq, nr, cb->qf, w, cb->rq);
         favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
-        favor__gemm(nr, nr, w, cb->qf, w, 1, cb->kt, C, cb->a, C, 0);
         favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, qg->ldo, 0);
-        for (i = 0; i < nr; ++i) {
-            float *ai = cb->a + i * C, *oi = O + i * qg->ldo;
-            float e = favor__s_exp(*c - cb->mk[i]), den;
-            if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
-                favor__exp_add(cb->g, cb->mk, -cb->mk[i], i);
-                favor__vmul(ai, cb->g, i);
+        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
+            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, kend = i0 + mr;
+            size_t ncol = (kend + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
+            if (ncol > nr) ncol = nr;
+            favor__gemm(mr, ncol, w, cb->qf + i0 * w, w, 1, cb->kt, C, cb->a + i0 * C, C, 0);
+            for (i = i0; i < kend; ++i) {
+                float *ai = cb->a + i * C, *oi = O + i * qg->ldo;
+                float e = favor__s_exp(*c - cb->mk[i]), den;
+                if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
+                    favor__exp_add(cb->g, cb->mk, -cb->mk[i], i);
+                    favor__vmul(ai, cb->g, i);
+                }
+                for (j = i + 1; j < kend; ++j) ai[j] = 0.0f; /* future keys of the block */
+                den = e * favor__dot(cb->qf + i * w, z, w) + favor__sum(ai, i + 1);
+                cb->rq[i] = den;
+                favor__scal(oi, e, dv);
             }
-            for (j = i + 1; j < nr; ++j) ai[j] = 0.0f; /* future keys */
-            den = e * favor__dot(cb->qf + i * w, z, w) + favor__sum(ai, i + 1);
-            cb->rq[i] = den;
-            favor__scal(oi, e, dv);
+            favor__gemm(mr, dv, kend, cb->a + i0 * C, C, 1, V, ldv, O + i0 * qg->ldo, qg->ldo,
+                        1);
         }
-        favor__gemm(nr, dv, nr, cb->a, C, 1, V, ldv, O, qg->ldo, 1);
         for (i = 0; i < nr; ++i) favor__divide(mp, O + i * qg->ldo, cb->rq[i], dv);
     }
     /* bring every key of the chunk to the chunk's final maximum, then absorb */
