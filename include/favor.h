@@ -196,6 +196,11 @@ typedef struct {
                               with OpenMP (-fopenmp); results do not depend on it */
     void *workspace;       /* NULL = allocate with FAVOR_MALLOC                  */
     size_t workspace_size; /* bytes at workspace                                 */
+    float *lse;            /* softmax only, NULL = none: heads_q x n floats,
+                              [head][row], the log-sum-exp of each row's scaled
+                              scores (-inf for a row that sees no key). Written
+                              by favor_softmax_attention, read by its backward
+                              (which otherwise recomputes it). Linear ignores it */
 } favor_options;
 
 FAVOR_API favor_options favor_default_options(void);
@@ -274,6 +279,25 @@ FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q,
                                                    const favor_tensor *v,
                                                    const favor_options *opts);
 
+/* Gradients of softmax attention. out = favor_softmax_attention(q, k, v) with
+ * the same options, dout = dL/dout; writes dq, dk, dv (shaped as q, k, v;
+ * overwritten, not accumulated) = dL/dq, dL/dk, dL/dv. Grouped-query heads: a
+ * shared key/value head gets the sum over its query heads. When opts->lse holds
+ * the forward's log-sum-exp it is used, else each query block recomputes it
+ * first (one more pass over the keys). Scores are recomputed tile by tile:
+ * time O(heads n n_k d) (about 2.5x the forward), memory O(tile), independent
+ * of n. Threads split key/value heads. Errors as favor_softmax_attention, plus
+ * FAVOR_E_SHAPE for a gradient shaped unlike its tensor and FAVOR_E_ALIAS when
+ * dq, dk or dv overlaps each other, an input, lse or the workspace. */
+FAVOR_API favor_status favor_softmax_attention_backward(
+    const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+    const favor_tensor *out, const favor_tensor *dout, const favor_tensor *dq,
+    const favor_tensor *dk, const favor_tensor *dv, const favor_options *opts);
+FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *q,
+                                                            const favor_tensor *k,
+                                                            const favor_tensor *v,
+                                                            const favor_options *opts);
+
 /* Linear (kernelized) attention with the feature map f, non-causal or causal.
  * Time O(heads (n + n_k) width (d + d_v)) plus O(heads n C width) for the causal
  * intra-chunk blocks (C = 64); memory O(width d_v) per head, never O(n width).
@@ -287,6 +311,29 @@ FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
                                                   const favor_tensor *k,
                                                   const favor_tensor *v,
                                                   const favor_options *opts);
+
+/* Gradients of linear attention with the map f (W is a constant): dout = dL/dout
+ * for out = favor_linear_attention(f, q, k, v) with the same options; writes dq,
+ * dk, dv (overwritten; a shared key/value head gets the sum over its query
+ * heads). Exact: the stabilizers cancel, and the derivative of the map includes
+ * its |x'|^2 term and the scale. Non-causal: two passes over the keys and one
+ * over the queries. Causal: a forward pass (dq, by prefix sums) and a reverse
+ * pass (dk, dv, by suffix sums), as in "Transformers are RNNs" section 3.3.1;
+ * time O(heads (n + n_k) width (d + d_v + C)), memory O(width d_v) per head.
+ * Between the passes each query row keeps 3 floats (its denominator, stabilizer
+ * and dout.out) in the rows of dk and dv it will later overwrite; only when
+ * 3 * (query heads per key/value head) > d + d_v do they go in the workspace,
+ * which then grows with n. Errors as favor_linear_attention, plus those of
+ * favor_softmax_attention_backward for the gradients. */
+FAVOR_API favor_status favor_linear_attention_backward(
+    const favor_features *f, const favor_tensor *q, const favor_tensor *k,
+    const favor_tensor *v, const favor_tensor *dout, const favor_tensor *dq,
+    const favor_tensor *dk, const favor_tensor *dv, const favor_options *opts);
+FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features *f,
+                                                           const favor_tensor *q,
+                                                           const favor_tensor *k,
+                                                           const favor_tensor *v,
+                                                           const favor_options *opts);
 
 /* The recurrent state of causal linear attention, (S, z) and the key stabilizer
  * of each key/value head. Fill with favor_state_init(); tokens counts the keys
@@ -717,6 +764,41 @@ static void favor__scal(float *y, float a, size_t n)
     for (i = nv; i < n; ++i) y[i] *= a;
 }
 
+/* y += a x */
+static void favor__axpy(float *y, float a, const float *x, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    favor__vf va = favor__v_set1(a);
+    for (i = 0; i < nv; i += FAVOR__W)
+        favor__v_store(y + i, favor__v_fma(va, favor__v_load(x + i), favor__v_load(y + i)));
+    for (i = nv; i < n; ++i) y[i] = favor__s_fma(a, x[i], y[i]);
+}
+
+/* y = p (y - D) s: the softmax backward's dS from dP and P, per lane */
+static void favor__dsoftmax(float *y, const float *p, const float *D, float s, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    favor__vf vs = favor__v_set1(s);
+    for (i = 0; i < nv; i += FAVOR__W) {
+        favor__vf t = favor__v_sub(favor__v_load(y + i), favor__v_load(D + i));
+        favor__v_store(y + i, favor__v_mul(favor__v_mul(t, favor__v_load(p + i)), vs));
+    }
+    for (i = nv; i < n; ++i) y[i] = (y[i] - D[i]) * p[i] * s;
+}
+
+/* dx = dphi * (x > 0 ? 1 : phi): the derivative of elu(x) + 1 */
+static void favor__elu1_grad(float *dx, const float *x, const float *phi, const float *dphi,
+                             size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    for (i = 0; i < nv; i += FAVOR__W) {
+        favor__vf g = favor__v_load(dphi + i);
+        favor__v_store(dx + i, favor__v_pos_select(favor__v_load(x + i), g,
+                                                   favor__v_mul(g, favor__v_load(phi + i))));
+    }
+    for (i = nv; i < n; ++i) dx[i] = x[i] > 0.0f ? dphi[i] : dphi[i] * phi[i];
+}
+
 /* C[M x N] = (acc ? C : 0) + A[M x K] B[K x N]; row-major with leading dimensions.
  * The micro-kernel keeps a tile of up to 4 rows x 2 vectors in registers. */
 #define FAVOR__MR 6
@@ -941,7 +1023,8 @@ typedef struct {
     float sqs;    /* sqrt(s) */
     float half_s; /* s / 2 */
     float lognorm;/* log(sqrt(width)) for the exponential maps */
-    const float *wt;
+    const float *wt; /* W^T, d x m */
+    const float *w;  /* W, m x d */
 } favor__map;
 
 static int favor__stabilized(favor_kernel k)
@@ -969,6 +1052,7 @@ static void favor__map_make(favor__map *mp, const favor_features *f, float scale
     mp->half_s = 0.5f * scale;
     mp->lognorm = (float)(0.5 * log((double)mp->width));
     mp->wt = f->wt;
+    mp->w = f->w;
 }
 
 /* raw features of `rows` rows of x (stride ldx) into buf (stride ldb); r[rows] */
@@ -1037,6 +1121,65 @@ static void favor__phi_finish(const favor__map *mp, float *buf, size_t ldb, size
         for (i = 0; i < rows; ++i)
             favor__scal(buf + i * ldb, favor__s_exp(r[i] - c[i] - mp->lognorm + 0.34657359f),
                         mp->width); /* 1/sqrt(m) = sqrt(2)/sqrt(width): +log(2)/2 */
+    }
+}
+
+/* The backward of the map for `rows` rows: dx = J_phi(x)^T dphi, given x, its
+ * features phi (any per-row stabilizer: every formula uses p = phi * dphi, which
+ * the stabilizer does not change) and dphi (overwritten). With x' = sqrt(s) x,
+ * u = W x', h = |x'|^2 / 2 and p = phi * dphi:
+ *     ELU1        dx = dphi * (x > 0 ? 1 : phi)
+ *     POSITIVE    dx = sqrt(s) W^T p - s x sum(p)
+ *     HYPERBOLIC  dx = sqrt(s) W^T (p1 - p2) - s x sum(p)       (halves 1, 2)
+ *     TRIG        dx = sqrt(s) W^T (phi_cos dphi_sin - phi_sin dphi_cos) + s x sum(p)
+ *     RELU        dx = sqrt(s) W^T (dphi [phi > 1e-3]) / sqrt(m)
+ * (RELU's mask reads u > 0 off phi: a u so small that u/sqrt(m) + 1e-3 rounds to
+ * 1e-3 counts as 0, an error below 1e-10 relative in that one term). */
+static void favor__phi_backward(const favor__map *mp, const float *x, size_t ldx, size_t rows,
+                                const float *phi, size_t ldp, float *dphi, size_t ldd,
+                                float *dx, size_t lddx, float *sums)
+{
+    size_t i, l, m = mp->m, d = mp->d;
+    float s = 2.0f * mp->half_s, gain = mp->sqs, sgn = -1.0f;
+    if (mp->kernel == FAVOR_ELU1) {
+        for (i = 0; i < rows; ++i)
+            favor__elu1_grad(dx + i * lddx, x + i * ldx, phi + i * ldp, dphi + i * ldd, d);
+        return;
+    }
+    for (i = 0; i < rows; ++i) { /* dphi row -> the m-wide vector W^T is applied to */
+        const float *f = phi + i * ldp;
+        float *g = dphi + i * ldd, sum = 0.0f;
+        switch (mp->kernel) {
+        case FAVOR_POSITIVE:
+            favor__vmul(g, f, m);
+            sum = favor__sum(g, m);
+            break;
+        case FAVOR_HYPERBOLIC:
+            favor__vmul(g, f, 2 * m);
+            sum = favor__sum(g, 2 * m);
+            for (l = 0; l < m; ++l) g[l] -= g[m + l];
+            break;
+        case FAVOR_TRIG:
+            for (l = 0; l < m; ++l) {
+                float gs = g[l];
+                sum += f[l] * gs + f[m + l] * g[m + l];
+                g[l] = f[m + l] * gs - f[l] * g[m + l];
+            }
+            sgn = 1.0f;
+            break;
+        case FAVOR_RELU:
+            for (l = 0; l < m; ++l) g[l] = f[l] > 1e-3f ? g[l] : 0.0f;
+            break;
+        case FAVOR_ELU1:
+            break;
+        }
+        sums[i] = sum;
+    }
+    if (mp->kernel == FAVOR_RELU) gain /= (float)sqrt((double)m);
+    favor__gemm(rows, d, m, dphi, ldd, 1, mp->w, d, dx, lddx, 0);
+    for (i = 0; i < rows; ++i) {
+        favor__scal(dx + i * lddx, gain, d);
+        if (mp->kernel != FAVOR_RELU) favor__axpy(dx + i * lddx, sgn * s * sums[i], x + i * ldx, d);
     }
 }
 
@@ -1129,12 +1272,14 @@ static favor_status favor__check_features(const favor_features *f)
 /* The q, k, v, out quartet of an attention call: shapes and aliasing. */
 typedef struct {
     favor__range q, k, v, o;
-    favor__range other[3]; /* W, W^T, the state: nothing may be written over them */
-    int nother;
+    favor__range other[6]; /* W, W^T, the state, out, dout, lse: never written over */
+    favor__range grad[3];  /* the gradients of a backward call (outputs too) */
+    int nother, ngrad;
     size_t hq, hkv, n, nk, d, dv;
 } favor__shape;
 
-/* 1 when r overlaps a tensor or another protected range of sh */
+/* 1 when r overlaps a tensor or another protected range of sh (with_out: the
+ * outputs too) */
 static int favor__overlaps_any(const favor__shape *sh, favor__range r, int with_out)
 {
     int i;
@@ -1143,6 +1288,8 @@ static int favor__overlaps_any(const favor__shape *sh, favor__range r, int with_
         return 1;
     for (i = 0; i < sh->nother; ++i)
         if (favor__overlap(r, sh->other[i])) return 1;
+    for (i = 0; with_out && i < sh->ngrad; ++i)
+        if (favor__overlap(r, sh->grad[i])) return 1;
     return 0;
 }
 
@@ -1164,12 +1311,86 @@ static favor_status favor__check_qkvo(const favor_tensor *q, const favor_tensor 
         favor__overlap(sh->o, sh->v))
         return FAVOR_E_ALIAS;
     sh->nother = 0;
+    sh->ngrad = 0;
     sh->hq = q->heads;
     sh->hkv = k->heads;
     sh->n = q->rows;
     sh->nk = k->rows;
     sh->d = q->cols;
     sh->dv = v->cols;
+    return FAVOR_OK;
+}
+
+/* The arguments of a backward call: q, k, v, dout (and out for softmax, shaped
+ * as dout) checked as a forward call's q, k, v, out, then dq, dk, dv shaped as
+ * q, k, v and overlapping nothing (each other, an input, sh->other). The inputs
+ * may overlap each other. */
+static favor_status favor__check_backward(const favor_tensor *q, const favor_tensor *k,
+                                          const favor_tensor *v, const favor_tensor *out,
+                                          const favor_tensor *dout, const favor_tensor *dq,
+                                          const favor_tensor *dk, const favor_tensor *dv,
+                                          int with_out, favor__shape *sh)
+{
+    const favor_tensor *g[3], *like[3];
+    favor__range r;
+    favor_status st;
+    int i, j;
+    g[0] = dq; g[1] = dk; g[2] = dv;
+    like[0] = q; like[1] = k; like[2] = v;
+    if (!q || !k || !v || !dout || !dq || !dk || !dv || (with_out && !out)) return FAVOR_E_NULL;
+    if ((st = favor__check_tensor(q, &sh->q)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(k, &sh->k)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(v, &sh->v)) != FAVOR_OK) return st;
+    sh->nother = 0;
+    sh->ngrad = 0;
+    if ((st = favor__check_tensor(dout, &r)) != FAVOR_OK) return st;
+    sh->other[sh->nother++] = r;
+    if (with_out) {
+        if ((st = favor__check_tensor(out, &r)) != FAVOR_OK) return st;
+        if (out->heads != dout->heads || out->rows != dout->rows || out->cols != dout->cols)
+            return FAVOR_E_SHAPE;
+        sh->other[sh->nother++] = r;
+    }
+    if (k->cols != q->cols || v->rows != k->rows || v->heads != k->heads ||
+        q->heads % k->heads != 0 || dout->heads != q->heads || dout->rows != q->rows ||
+        dout->cols != v->cols)
+        return FAVOR_E_SHAPE;
+    for (i = 0; i < 3; ++i) {
+        if ((st = favor__check_tensor(g[i], &sh->grad[i])) != FAVOR_OK) return st;
+        if (g[i]->heads != like[i]->heads || g[i]->rows != like[i]->rows ||
+            g[i]->cols != like[i]->cols)
+            return FAVOR_E_SHAPE;
+    }
+    for (i = 0; i < 3; ++i) {
+        if (favor__overlaps_any(sh, sh->grad[i], 0)) return FAVOR_E_ALIAS;
+        for (j = 0; j < i; ++j)
+            if (favor__overlap(sh->grad[i], sh->grad[j])) return FAVOR_E_ALIAS;
+    }
+    sh->ngrad = 3;
+    sh->o = favor__range_of(NULL, 0);
+    sh->hq = q->heads;
+    sh->hkv = k->heads;
+    sh->n = q->rows;
+    sh->nk = k->rows;
+    sh->d = q->cols;
+    sh->dv = v->cols;
+    return FAVOR_OK;
+}
+
+/* opts->lse, heads_q x n floats (an output of the forward, an input of the
+ * backward) may overlap no tensor of the call; added to sh->other so the
+ * workspace may not overlap it either. */
+static favor_status favor__check_lse(const favor_options *opts, favor__shape *sh)
+{
+    size_t cnt, bytes;
+    favor__range r;
+    if (!opts || !opts->lse) return FAVOR_OK;
+    if (!favor__mul_ok(sh->hq, sh->n, &cnt) || !favor__mul_ok(cnt, sizeof(float), &bytes) ||
+        (uintptr_t)opts->lse > UINTPTR_MAX - bytes)
+        return FAVOR_E_OVERFLOW;
+    r = favor__range_of(opts->lse, bytes);
+    if (favor__overlaps_any(sh, r, 1)) return FAVOR_E_ALIAS;
+    sh->other[sh->nother++] = r;
     return FAVOR_OK;
 }
 
@@ -1311,6 +1532,7 @@ FAVOR_API favor_options favor_default_options(void)
     o.threads = 0;
     o.workspace = NULL;
     o.workspace_size = 0;
+    o.lse = NULL;
     return o;
 }
 
@@ -1451,7 +1673,7 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
 
 static size_t favor__softmax_floats(size_t d)
 {
-    return d * FAVOR__BQ + FAVOR__BK * FAVOR__BQ + 3 * FAVOR__BQ;
+    return d * FAVOR__BQ + FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ;
 }
 
 /* number of keys query row i sees under the causal rule (bottom-right aligned) */
@@ -1463,58 +1685,94 @@ static size_t favor__visible(size_t i, size_t n, size_t nk)
     return a < nk ? a : nk;
 }
 
-/* query rows [i0, i0 + BQ) of one head */
-static void favor__softmax_block(const float *Q, size_t ldq, const float *K, size_t ldk,
-                                 const float *V, size_t ldv, float *O, size_t ldo, size_t n,
-                                 size_t nk, size_t d, size_t dv, float s, int causal, size_t i0,
-                                 float *ws)
+/* Qt = (s Q_block)^T, d x BQ, the lanes past the nq rows zero */
+static void favor__softmax_qt(const float *Q, size_t ldq, size_t nq, size_t d, float s, float *Qt)
+{
+    size_t c, r;
+    favor__transpose(nq, d, Q, ldq, Qt, FAVOR__BQ);
+    for (c = 0; c < d; ++c) {
+        favor__scal(Qt + c * FAVOR__BQ, s, nq);
+        for (r = nq; r < FAVOR__BQ; ++r) Qt[c * FAVOR__BQ + r] = 0.0f;
+    }
+}
+
+/* St = K_tile Qt (nb x BQ) for keys [j0, j0+nb) and queries [i0, i0+BQ), with
+ * the causally hidden scores at -inf */
+static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, float *St,
+                                  size_t nb, size_t d, size_t j0, size_t i0, size_t n, size_t nk,
+                                  int causal)
 {
     const size_t BQ = FAVOR__BQ;
-    float *Qt = ws, *St = Qt + d * BQ, *m = St + FAVOR__BK * BQ, *mc = m + BQ, *ts = mc + BQ;
+    size_t j, r;
+    favor__gemm(nb, BQ, d, K + j0 * ldk, ldk, 1, Qt, BQ, St, BQ, 0);
+    if (causal && favor__visible(i0, n, nk) < j0 + nb)
+        for (j = 0; j < nb; ++j) { /* key j0+j is seen from query j0+j+n-nk on */
+            size_t first = j0 + j + n, lo;
+            lo = first <= nk + i0 ? 0 : first - nk - i0;
+            for (r = 0; r < lo && r < BQ; ++r) St[j * BQ + r] = -INFINITY;
+        }
+}
+
+/* One tile of scores into the running statistics of the query lanes: m the
+ * maximum, l the sum of exp(score - m). St becomes exp(St - m_new) and alpha
+ * exp(m_old - m_new), the factor of what was accumulated before; mc, tmp: BQ
+ * floats of scratch. */
+static void favor__softmax_stats(float *St, size_t nb, float *m, double *l, float *alpha,
+                                 float *mc, float *tmp)
+{
+    const size_t BQ = FAVOR__BQ;
+    size_t j, r;
+    memcpy(tmp, St, BQ * sizeof(float));
+    for (j = 1; j < nb; ++j) favor__vmax(tmp, St + j * BQ, BQ);
+    for (r = 0; r < BQ; ++r) { /* new maximum; alpha = exp(old - new) */
+        float mnew = favor__s_max(tmp[r], m[r]);
+        mc[r] = favor__s_max(mnew, -FLT_MAX);
+        alpha[r] = m[r] - mc[r];
+        m[r] = mnew;
+    }
+    favor__exp_add(alpha, alpha, 0.0f, BQ);
+    for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, mc, BQ);
+    memcpy(tmp, St, BQ * sizeof(float)); /* the tile's sums */
+    for (j = 1; j < nb; ++j) favor__vadd(tmp, St + j * BQ, BQ);
+    for (r = 0; r < BQ; ++r) l[r] = l[r] * alpha[r] + tmp[r];
+}
+
+/* the log-sum-exp of a lane from its statistics; -inf when it saw no key */
+static float favor__softmax_lse(float m, double l)
+{
+    return l > 0.0 ? (float)((double)m + log(l)) : -INFINITY;
+}
+
+/* query rows [i0, i0 + BQ) of one head; lse: the head's n floats or NULL */
+static void favor__softmax_block(const float *Q, size_t ldq, const float *K, size_t ldk,
+                                 const float *V, size_t ldv, float *O, size_t ldo, float *lse,
+                                 size_t n, size_t nk, size_t d, size_t dv, float s, int causal,
+                                 size_t i0, float *ws)
+{
+    const size_t BQ = FAVOR__BQ;
+    float *Qt = ws, *St = Qt + d * BQ, *m = St + FAVOR__BK * BQ, *mc = m + BQ, *alpha = mc + BQ;
+    float *tmp = alpha + BQ;
     double l[FAVOR__BQ];
-    size_t j0, r, c, j;
-    {
-        size_t nq = n - i0 < BQ ? n - i0 : BQ;
-        size_t kend = causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
-        favor__transpose(nq, d, Q + i0 * ldq, ldq, Qt, BQ);
-        for (c = 0; c < d; ++c) {
-            favor__scal(Qt + c * BQ, s, nq);
-            for (r = nq; r < BQ; ++r) Qt[c * BQ + r] = 0.0f;
-        }
-        for (r = 0; r < BQ; ++r) {
-            m[r] = -INFINITY;
-            l[r] = 0.0;
-        }
-        for (r = 0; r < nq; ++r) memset(O + (i0 + r) * ldo, 0, dv * sizeof(float));
-        for (j0 = 0; j0 < kend; j0 += FAVOR__BK) {
-            size_t nb = kend - j0 < FAVOR__BK ? kend - j0 : FAVOR__BK;
-            favor__gemm(nb, BQ, d, K + j0 * ldk, ldk, 1, Qt, BQ, St, BQ, 0);
-            if (causal && favor__visible(i0, n, nk) < j0 + nb)
-                for (j = 0; j < nb; ++j) { /* key j0+j is seen from query j0+j+n-nk on */
-                    size_t first = j0 + j + n, lo;
-                    lo = first <= nk + i0 ? 0 : first - nk - i0;
-                    for (r = 0; r < lo && r < BQ; ++r) St[j * BQ + r] = -INFINITY;
-                }
-            memcpy(ts, St, BQ * sizeof(float));
-            for (j = 1; j < nb; ++j) favor__vmax(ts, St + j * BQ, BQ);
-            for (r = 0; r < BQ; ++r) { /* new maximum; alpha = exp(old - new) into ts */
-                float mnew = favor__s_max(ts[r], m[r]);
-                mc[r] = favor__s_max(mnew, -FLT_MAX);
-                ts[r] = m[r] - mc[r];
-                m[r] = mnew;
-            }
-            favor__exp_add(ts, ts, 0.0f, BQ);
-            for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, mc, BQ);
-            for (r = 0; r < nq; ++r)
-                if (ts[r] != 1.0f) favor__scal(O + (i0 + r) * ldo, ts[r], dv);
-            for (r = 0; r < BQ; ++r) l[r] *= ts[r];
-            memcpy(ts, St, BQ * sizeof(float)); /* the tile's sums */
-            for (j = 1; j < nb; ++j) favor__vadd(ts, St + j * BQ, BQ);
-            for (r = 0; r < BQ; ++r) l[r] += ts[r];
-            favor__gemm(nq, dv, nb, St, 1, BQ, V + j0 * ldv, ldv, O + i0 * ldo, ldo, 1);
-        }
-        for (r = 0; r < nq; ++r) /* a row that saw no key stays zero */
-            if (l[r] > 0.0) favor__scal(O + (i0 + r) * ldo, (float)(1.0 / l[r]), dv);
+    size_t j0, r;
+    size_t nq = n - i0 < BQ ? n - i0 : BQ;
+    size_t kend = causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
+    favor__softmax_qt(Q + i0 * ldq, ldq, nq, d, s, Qt);
+    for (r = 0; r < BQ; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0;
+    }
+    for (r = 0; r < nq; ++r) memset(O + (i0 + r) * ldo, 0, dv * sizeof(float));
+    for (j0 = 0; j0 < kend; j0 += FAVOR__BK) {
+        size_t nb = kend - j0 < FAVOR__BK ? kend - j0 : FAVOR__BK;
+        favor__softmax_scores(K, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
+        favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
+        for (r = 0; r < nq; ++r)
+            if (alpha[r] != 1.0f) favor__scal(O + (i0 + r) * ldo, alpha[r], dv);
+        favor__gemm(nq, dv, nb, St, 1, BQ, V + j0 * ldv, ldv, O + i0 * ldo, ldo, 1);
+    }
+    for (r = 0; r < nq; ++r) { /* a row that saw no key stays zero */
+        if (l[r] > 0.0) favor__scal(O + (i0 + r) * ldo, (float)(1.0 / l[r]), dv);
+        if (lse) lse[i0 + r] = favor__softmax_lse(m[r], l[r]);
     }
 }
 
@@ -1546,6 +1804,7 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     size_t grp, floats, nt, slice, blocks;
     if ((st = favor__check_qkvo(q, k, v, out, &sh)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
     floats = favor__softmax_floats(sh.d);
     if (floats / FAVOR__BQ < sh.d) return FAVOR_E_OVERFLOW;
     nt = favor__nthreads(opts);
@@ -1564,7 +1823,8 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
         favor__softmax_block(q->data + h * q->head_stride, q->row_stride,
                              k->data + g * k->head_stride, k->row_stride,
                              v->data + g * v->head_stride, v->row_stride,
-                             out->data + h * out->head_stride, out->row_stride, sh.n, sh.nk,
+                             out->data + h * out->head_stride, out->row_stride,
+                             opts && opts->lse ? opts->lse + h * sh.n : NULL, sh.n, sh.nk,
                              sh.d, sh.dv, s, causal, ((size_t)it % blocks) * FAVOR__BQ,
                              ws + FAVOR__TID() * slice);
     }
@@ -1605,18 +1865,22 @@ static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
 }
 
 /* S, z (scaled by exp(-*c)) += the chunk whose features kf (nr x width) are
- * stabilized at mnew; c becomes mnew. */
-static void favor__state_add(const favor__map *mp, float *S, float *z, float *c, float mnew,
-                             const float *kf, const float *V, size_t ldv, size_t nr, size_t dv)
+ * stabilized at mnew; c becomes mnew. ST (d_v x width), when not NULL, is S's
+ * transpose, kept alongside for the backward pass. */
+static void favor__state_add(const favor__map *mp, float *S, float *ST, float *z, float *c,
+                             float mnew, const float *kf, const float *V, size_t ldv, size_t nr,
+                             size_t dv)
 {
     size_t j, w = mp->width;
     if (*c != mnew) {
         float e = favor__s_exp(*c - mnew);
-        favor__scal(S, e, mp->width * dv);
-        favor__scal(z, e, mp->width);
+        favor__scal(S, e, w * dv);
+        if (ST) favor__scal(ST, e, w * dv);
+        favor__scal(z, e, w);
         *c = mnew;
     }
     favor__gemm(w, dv, nr, kf, 1, w, V, ldv, S, dv, 1); /* S += kf^T V, kf read in place */
+    if (ST) favor__gemm(dv, w, nr, V, 1, ldv, kf, w, ST, w, 1); /* ST += V^T kf */
     for (j = 0; j < nr; ++j) favor__vadd(z, kf + j * w, w);
 }
 
@@ -1631,13 +1895,21 @@ static void favor__lin_absorb(const favor__map *mp, float *S, float *z, float *c
     mnew = favor__s_max(favor__maxval(cb->rk, nr), *c);
     for (j = 0; j < nr; ++j) cb->mk[j] = mnew;
     favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
-    favor__state_add(mp, S, z, c, mnew, cb->kf, V, ldv, nr, dv);
+    favor__state_add(mp, S, NULL, z, c, mnew, cb->kf, V, ldv, nr, dv);
+}
+
+/* The denominator a row is divided by under the rules of the manual (TRIG:
+ * floored at +-1e-20); 0 means the row is zero. */
+static float favor__den_eff(const favor__map *mp, float den)
+{
+    if (mp->kernel == FAVOR_TRIG && fabsf(den) < 1e-20f) return den < 0.0f ? -1e-20f : 1e-20f;
+    return den;
 }
 
 /* out row = num / den with the denominator rules of the manual */
 static void favor__divide(const favor__map *mp, float *o, float den, size_t dv)
 {
-    if (mp->kernel == FAVOR_TRIG && fabsf(den) < 1e-20f) den = den < 0.0f ? -1e-20f : 1e-20f;
+    den = favor__den_eff(mp, den);
     if (den != 0.0f) favor__divs(o, den, dv);
     else favor__scal(o, 0.0f, dv);
 }
@@ -1663,58 +1935,94 @@ typedef struct {
     size_t ohs, ldo, count;
 } favor__qgroup;
 
-/* causal chunk: nr (<= C) aligned query rows and keys, then absorb the keys.
- * The intra-chunk products are triangular: a row block [i0, i0+mr) needs keys
- * [0, i0+mr) only, so each block's scores (rounded up to whole vectors) and its
- * product with V stop there, which saves about a third of the C x C work. */
+/* The keys of a causal chunk (nr <= C rows): kf stabilized at the running
+ * maxima mk (from *c on), and its transpose kt. Returns 1 when the maximum rose
+ * within the chunk (else every factor exp(m_j - m_i) is 1); *mrun = the last. */
+static int favor__chunk_keys(const favor__map *mp, float c, const float *K, size_t ldk,
+                             size_t nr, favor__chunk *cb, float *mrun)
+{
+    size_t j, w = mp->width;
+    float m = c;
+    FAVOR_ASSERT(nr >= 1 && nr <= cb->cap);
+    favor__phi_raw(mp, K, ldk, nr, cb->kf, w, cb->rk);
+    for (j = 0; j < nr; ++j) cb->mk[j] = m = favor__s_max(cb->rk[j], m);
+    favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
+    favor__transpose(nr, w, cb->kf, w, cb->kt, cb->cap);
+    *mrun = m;
+    return favor__stabilized(mp->kernel) && cb->mk[0] != m;
+}
+
+/* The rows of a causal chunk for one query head, after favor__chunk_keys: qf,
+ * the unnormalized O (nr x d_v) = e_i phi(q_i) S + sum_{j<=i} a_ij v_j and the
+ * denominators in cb->rq. The intra-chunk products are triangular: a row block
+ * [i0, i0+mr) needs keys [0, i0+mr) only, so each block's scores (rounded up to
+ * whole vectors) and its product with V stop there, about a third less work. */
+static void favor__chunk_rows(const favor__map *mp, float c, const float *S, const float *z,
+                              const float *Q, size_t ldq, const float *V, size_t ldv, float *O,
+                              size_t ldo, size_t nr, size_t dv, int rising, favor__chunk *cb)
+{
+    size_t i, j, i0, w = mp->width, C = cb->cap;
+    favor__phi_raw(mp, Q, ldq, nr, cb->qf, w, cb->rq);
+    favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
+    favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, ldo, 0);
+    for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
+        size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, kend = i0 + mr;
+        size_t ncol = (kend + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
+        if (ncol > nr) ncol = nr;
+        favor__gemm(mr, ncol, w, cb->qf + i0 * w, w, 1, cb->kt, C, cb->a + i0 * C, C, 0);
+        for (i = i0; i < kend; ++i) {
+            float *ai = cb->a + i * C;
+            float e = favor__s_exp(c - cb->mk[i]);
+            if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
+                favor__exp_add(cb->g, cb->mk, -cb->mk[i], i);
+                favor__vmul(ai, cb->g, i);
+            }
+            for (j = i + 1; j < kend; ++j) ai[j] = 0.0f; /* future keys of the block */
+            cb->rq[i] = e * favor__dot(cb->qf + i * w, z, w) + favor__sum(ai, i + 1);
+            favor__scal(O + i * ldo, e, dv);
+        }
+        favor__gemm(mr, dv, kend, cb->a + i0 * C, C, 1, V, ldv, O + i0 * ldo, ldo, 1);
+    }
+}
+
+/* Absorb a causal chunk after its rows: every key brought to the chunk's final
+ * maximum mrun, then added to S (and ST), z. */
+static void favor__chunk_absorb(const favor__map *mp, float *S, float *ST, float *z, float *c,
+                                float mrun, int rising, const float *V, size_t ldv, size_t nr,
+                                size_t dv, favor__chunk *cb)
+{
+    size_t j, w = mp->width;
+    if (rising) {
+        favor__exp_add(cb->g, cb->mk, -mrun, nr);
+        for (j = 0; j + 1 < nr; ++j) favor__scal(cb->kf + j * w, cb->g[j], w);
+    }
+    favor__state_add(mp, S, ST, z, c, mrun, cb->kf, V, ldv, nr, dv);
+}
+
+/* causal chunk: nr (<= C) aligned query rows and keys, then absorb the keys */
 static void favor__lin_causal_chunk(const favor__map *mp, float *S, float *z, float *c,
                                     const float *K, size_t ldk, const float *V, size_t ldv,
                                     size_t nr, size_t dv, const favor__qgroup *qg,
                                     favor__chunk *cb)
 {
-    size_t i, j, t, i0, w = mp->width, C = cb->cap;
-    int rising;
-    float mrun = *c;
-    FAVOR_ASSERT(nr >= 1 && nr <= C);
-    favor__phi_raw(mp, K, ldk, nr, cb->kf, w, cb->rk);
-    for (j = 0; j < nr; ++j) cb->mk[j] = mrun = favor__s_max(cb->rk[j], mrun);
-    rising = favor__stabilized(mp->kernel) && cb->mk[0] != mrun; /* else all factors are 1 */
-    favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
-    favor__transpose(nr, w, cb->kf, w, cb->kt, C);
+    size_t i, t;
+    float mrun;
+    int rising = favor__chunk_keys(mp, *c, K, ldk, nr, cb, &mrun);
     for (t = 0; t < qg->count; ++t) {
-        const float *Q = qg->Q + t * qg->qhs;
         float *O = qg->O + t * qg->ohs;
-        favor__phi_raw(mp, Q, qg->ldq, nr, cb->qf, w, cb->rq);
-        favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
-        favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, qg->ldo, 0);
-        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
-            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, kend = i0 + mr;
-            size_t ncol = (kend + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
-            if (ncol > nr) ncol = nr;
-            favor__gemm(mr, ncol, w, cb->qf + i0 * w, w, 1, cb->kt, C, cb->a + i0 * C, C, 0);
-            for (i = i0; i < kend; ++i) {
-                float *ai = cb->a + i * C, *oi = O + i * qg->ldo;
-                float e = favor__s_exp(*c - cb->mk[i]), den;
-                if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
-                    favor__exp_add(cb->g, cb->mk, -cb->mk[i], i);
-                    favor__vmul(ai, cb->g, i);
-                }
-                for (j = i + 1; j < kend; ++j) ai[j] = 0.0f; /* future keys of the block */
-                den = e * favor__dot(cb->qf + i * w, z, w) + favor__sum(ai, i + 1);
-                cb->rq[i] = den;
-                favor__scal(oi, e, dv);
-            }
-            favor__gemm(mr, dv, kend, cb->a + i0 * C, C, 1, V, ldv, O + i0 * qg->ldo, qg->ldo,
-                        1);
-        }
+        favor__chunk_rows(mp, *c, S, z, qg->Q + t * qg->qhs, qg->ldq, V, ldv, O, qg->ldo, nr,
+                          dv, rising, cb);
         for (i = 0; i < nr; ++i) favor__divide(mp, O + i * qg->ldo, cb->rq[i], dv);
     }
-    /* bring every key of the chunk to the chunk's final maximum, then absorb */
-    if (rising) {
-        favor__exp_add(cb->g, cb->mk, -mrun, nr);
-        for (j = 0; j + 1 < nr; ++j) favor__scal(cb->kf + j * w, cb->g[j], w);
-    }
-    favor__state_add(mp, S, z, c, mrun, cb->kf, V, ldv, nr, dv);
+    favor__chunk_absorb(mp, S, NULL, z, c, mrun, rising, V, ldv, nr, dv, cb);
+}
+
+/* The chunk length of the causal passes: the intra-chunk work per token is
+ * O(C (width + d_v)) against O(width d_v) for the state, so narrow maps use
+ * shorter chunks to keep the two in proportion. */
+static size_t favor__causal_step(const favor__map *mp, size_t cap)
+{
+    return mp->width * 2 < cap * 3 && cap >= 32 ? cap / 2 : cap;
 }
 
 /* Causal rows [0, L) of a query group against keys [0, L) after the state. */
@@ -1722,9 +2030,7 @@ static void favor__lin_causal_run(const favor__map *mp, float *S, float *z, floa
                                   const float *K, size_t ldk, const float *V, size_t ldv,
                                   size_t L, size_t dv, favor__qgroup qg, favor__chunk *cb)
 {
-    /* the intra-chunk work per token is O(C (width + d_v)) against O(width d_v) for
-     * the state: narrow maps use shorter chunks to keep the two in proportion */
-    size_t t0, step = mp->width * 2 < cb->cap * 3 && cb->cap >= 32 ? cb->cap / 2 : cb->cap;
+    size_t t0, step = favor__causal_step(mp, cb->cap);
     for (t0 = 0; t0 < L; t0 += step) {
         size_t nr = L - t0 < step ? L - t0 : step;
         favor__qgroup g = qg;
@@ -2018,6 +2324,580 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
     favor__map_make(&mp, f, f->scale);
     for (g = 0; g < st->heads; ++g) favor__extend_head(&mp, st, q, k, v, out, g, &cb);
     st->tokens += 1;
+    return FAVOR_OK;
+}
+
+/* 4.12 Backward passes ----------------------------------------------------------
+ * Softmax: per block of BQ query rows, the scores are recomputed key-major as in
+ * the forward, St = K_tile Qt, and P^T = exp(St - lse) per lane. With the lane
+ * constants D_i = dout_i . out_i:
+ *     dV_tile += P^T dO,   dP^T = V_tile dO^T,   dS^T = P^T (dP^T - D) s,
+ *     dQ_block += dS K_tile (dS^T read in place),   dK_tile += dS^T Q_block.
+ * The lse is the forward's (opts->lse) or comes from a first pass over the keys
+ * with the forward's running statistics. A work item is a key/value head (its
+ * dK, dV rows are shared by its query heads), so threads never write the same
+ * row. */
+static size_t favor__softmax_bwd_floats(size_t d, size_t dv)
+{
+    size_t a, b;
+    if (!favor__add_ok(d, dv, &a) || !favor__mul_ok(a, FAVOR__BQ, &a)) return 0;
+    b = 2 * FAVOR__BK * FAVOR__BQ + 6 * FAVOR__BQ;
+    return favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
+}
+
+/* query rows [i0, i0 + BQ) of one query head against its key/value head */
+static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K, size_t ldk,
+                                     const float *V, size_t ldv, const float *O, size_t ldo,
+                                     const float *G, size_t ldg, float *DQ, size_t lddq,
+                                     float *DK, size_t lddk, float *DV, size_t lddv,
+                                     const float *lse, size_t n, size_t nk, size_t d, size_t dv,
+                                     float s, int causal, size_t i0, float *ws)
+{
+    const size_t BQ = FAVOR__BQ, BK = FAVOR__BK;
+    float *Qt = ws, *Gt = Qt + d * BQ, *St = Gt + dv * BQ, *dPt = St + BK * BQ;
+    float *m = dPt + BK * BQ, *mc = m + BQ, *alpha = mc + BQ, *tmp = alpha + BQ;
+    float *L = tmp + BQ, *D = L + BQ;
+    size_t j0, r, c;
+    size_t nq = n - i0 < BQ ? n - i0 : BQ;
+    size_t kend = causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
+    favor__softmax_qt(Q + i0 * ldq, ldq, nq, d, s, Qt);
+    for (r = 0; r < nq; ++r) memset(DQ + (i0 + r) * lddq, 0, d * sizeof(float));
+    if (lse) {
+        for (r = 0; r < nq; ++r) L[r] = lse[i0 + r];
+    } else {
+        double l[FAVOR__BQ];
+        for (r = 0; r < BQ; ++r) {
+            m[r] = -INFINITY;
+            l[r] = 0.0;
+        }
+        for (j0 = 0; j0 < kend; j0 += BK) {
+            size_t nb = kend - j0 < BK ? kend - j0 : BK;
+            favor__softmax_scores(K, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
+            favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
+        }
+        for (r = 0; r < nq; ++r) L[r] = favor__softmax_lse(m[r], l[r]);
+    }
+    for (r = 0; r < BQ; ++r) /* P = 0 in a lane without a row or without a key */
+        if (r >= nq || L[r] == -INFINITY) L[r] = INFINITY;
+    favor__transpose(nq, dv, G + i0 * ldg, ldg, Gt, BQ);
+    for (c = 0; c < dv; ++c)
+        for (r = nq; r < BQ; ++r) Gt[c * BQ + r] = 0.0f;
+    for (r = 0; r < BQ; ++r)
+        D[r] = r < nq ? favor__dot(G + (i0 + r) * ldg, O + (i0 + r) * ldo, dv) : 0.0f;
+    for (j0 = 0; j0 < kend; j0 += BK) {
+        size_t j, nb = kend - j0 < BK ? kend - j0 : BK;
+        favor__softmax_scores(K, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
+        for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, L, BQ); /* P^T */
+        favor__gemm(nb, dv, nq, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv, lddv, 1);
+        favor__gemm(nb, BQ, dv, V + j0 * ldv, ldv, 1, Gt, BQ, dPt, BQ, 0);
+        for (j = 0; j < nb; ++j) favor__dsoftmax(dPt + j * BQ, St + j * BQ, D, s, BQ);
+        favor__gemm(nq, d, nb, dPt, 1, BQ, K + j0 * ldk, ldk, DQ + i0 * lddq, lddq, 1);
+        favor__gemm(nb, d, nq, dPt, BQ, 1, Q + i0 * ldq, ldq, DK + j0 * lddk, lddk, 1);
+    }
+}
+
+FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *q,
+                                                            const favor_tensor *k,
+                                                            const favor_tensor *v,
+                                                            const favor_options *opts)
+{
+    favor__range r;
+    size_t floats, slice;
+    (void)k;
+    if (favor__check_options(opts) != FAVOR_OK || !q || !v ||
+        favor__check_tensor(q, &r) != FAVOR_OK || favor__check_tensor(v, &r) != FAVOR_OK)
+        return 0;
+    if (!(floats = favor__softmax_bwd_floats(q->cols, v->cols))) return 0;
+    return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
+}
+
+FAVOR_API favor_status favor_softmax_attention_backward(
+    const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+    const favor_tensor *out, const favor_tensor *dout, const favor_tensor *dq,
+    const favor_tensor *dk, const favor_tensor *dv, const favor_options *opts)
+{
+    favor__shape sh;
+    favor_status st;
+    float *ws, s;
+    void *owned;
+    int causal;
+    long g;
+    size_t grp, floats, nt, slice;
+    if ((st = favor__check_backward(q, k, v, out, dout, dq, dk, dv, 1, &sh)) != FAVOR_OK)
+        return st;
+    if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
+    if (!(floats = favor__softmax_bwd_floats(sh.d, sh.dv))) return FAVOR_E_OVERFLOW;
+    nt = favor__nthreads(opts);
+    if (!(floats = favor__slices(floats, nt, &slice))) return FAVOR_E_OVERFLOW;
+    if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
+    s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
+    causal = opts && (opts->flags & FAVOR_CAUSAL);
+    grp = sh.hq / sh.hkv;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
+#endif
+    for (g = 0; g < (long)sh.hkv; ++g) {
+        size_t t, i0, j, hk = (size_t)g;
+        float *DK = dk->data + hk * dk->head_stride, *DV = dv->data + hk * dv->head_stride;
+        for (j = 0; j < sh.nk; ++j) {
+            memset(DK + j * dk->row_stride, 0, sh.d * sizeof(float));
+            memset(DV + j * dv->row_stride, 0, sh.dv * sizeof(float));
+        }
+        for (t = 0; t < grp; ++t) {
+            size_t h = hk * grp + t;
+            for (i0 = 0; i0 < sh.n; i0 += FAVOR__BQ)
+                favor__softmax_bwd_block(
+                    q->data + h * q->head_stride, q->row_stride, k->data + hk * k->head_stride,
+                    k->row_stride, v->data + hk * v->head_stride, v->row_stride,
+                    out->data + h * out->head_stride, out->row_stride,
+                    dout->data + h * dout->head_stride, dout->row_stride,
+                    dq->data + h * dq->head_stride, dq->row_stride, DK, dk->row_stride, DV,
+                    dv->row_stride, opts && opts->lse ? opts->lse + h * sh.n : NULL, sh.n, sh.nk,
+                    sh.d, sh.dv, s, causal, i0, ws + FAVOR__TID() * slice);
+        }
+    }
+    favor__ws_put(owned);
+    return FAVOR_OK;
+}
+
+/* Linear attention. With phi stabilized as in the forward, dnum_i = dout_i / den_i,
+ * dden_i = -dout_i . o_i / den_i, and the augmented value v'_j = [v_j, 1]:
+ *     dphi(q_i) = sum_{j visible} (v'_j . dnum'_i) phi(k_j)
+ *     dphi(k_j) = sum_{i that see j} (v'_j . dnum'_i) phi(q_i)
+ *     dv_j      = sum_{i that see j} (phi(q_i) . phi(k_j)) dnum_i
+ * Non-causal: the forward state (S, its transpose ST, z) gives dphi(q_i) =
+ * dnum_i ST + dden_i z row by row while R = sum_i phi(q_i) dnum_i^T (and RT, rz)
+ * accumulates; then dphi(k_j) = v_j RT + rz and dv_j = phi(k_j) R. The key
+ * stabilizer c is common to every term, so nothing needs rescaling.
+ * Causal: a forward pass over the chunks recomputes the output (the forward's
+ * stabilizers: key j at the running maximum m_j, row i at m_i) and writes dq,
+ * with the intra-chunk term b_ij = (v'_j . dnum'_i) exp(m_j - m_i), j <= i. A
+ * row keeps (den_i, m_i, dout_i . o_i) for the reverse pass, which walks the
+ * chunks backwards with R = sum_{i >= chunk} phi(q_i) dnum'_i^T: a key uses its
+ * own log-scale r_j as stabilizer, a row the weight exp(lam - l_i) / sign with
+ * l_i = m_i + log|den_i| and lam the smallest l_i so far (R is rescaled when lam
+ * falls), so every weight is at most 1; key j's sums are multiplied by
+ * exp(r_j - lam) at the end. Keys all rows see (n_k > n) take the final R. */
+typedef struct {
+    float *S, *ST, *z;     /* forward state, width x dv, dv x width, width */
+    float *R, *RT, *rz;    /* reverse sums, same shapes                    */
+    float *num, *dnum;     /* C x dv: unnormalized outputs, dnum rows      */
+    float *dphi;           /* C x width                                    */
+    float *vt;             /* dv x C: the chunk's V transposed             */
+    float *b;              /* C x C: intra-chunk weights                   */
+    float *den, *og, *dden, *wt, *sums; /* C each                          */
+    float *rows;           /* 3 C grp: the stash of a chunk's rows         */
+    float *stash;          /* 3 grp per causal row, when not kept in dk/dv */
+    favor__chunk cb;
+} favor__bwd;
+
+/* Where a row's three floats wait between the passes: in the workspace, or in
+ * slots of its key row's dk and dv (which the reverse pass overwrites last). */
+typedef struct {
+    float *dk, *dv, *ws;
+    size_t lddk, lddv, d, per;
+} favor__stash;
+
+static float *favor__stash_at(const favor__stash *st, size_t row, size_t slot)
+{
+    if (st->ws) return st->ws + row * st->per + slot;
+    return slot < st->d ? st->dk + row * st->lddk + slot
+                        : st->dv + row * st->lddv + (slot - st->d);
+}
+
+/* 1 when the stash needs the workspace: 3 floats per query head of a group
+ * do not fit in a key row's d + d_v */
+static int favor__stash_in_ws(size_t grp, size_t d, size_t dv) { return grp > (d + dv) / 3; }
+
+static size_t favor__linear_bwd_floats(const favor_features *f, size_t grp, size_t d, size_t dv,
+                                       size_t n, int causal)
+{
+    size_t w = favor__width(f->kernel, f->dim, f->count), C = FAVOR__CHUNK, wd, cw, a, t;
+    /* 4 w dv + 2 w + chunk + C (3 dv + w + C + 5 + 3 grp) [+ 3 grp n] */
+    if (w > SIZE_MAX / 4 / C || !favor__mul_ok(w, dv, &wd) || wd > SIZE_MAX / 8) return 0;
+    a = 4 * wd + 2 * w;
+    if (!favor__add_ok(a, favor__chunk_floats(C, w), &a)) return 0;
+    if (dv > SIZE_MAX / 4 / C || grp > SIZE_MAX / 4 / C) return 0;
+    cw = 3 * dv + w + C + 5;
+    if (!favor__mul_ok(C, cw, &t) || !favor__add_ok(a, t, &a) ||
+        !favor__add_ok(a, 3 * C * grp, &a))
+        return 0;
+    if (causal && favor__stash_in_ws(grp, d, dv)) {
+        if (!favor__mul_ok(n, 3 * grp, &t) || !favor__add_ok(a, t, &a)) return 0;
+    }
+    return a <= SIZE_MAX / sizeof(float) ? a : 0;
+}
+
+static void favor__bwd_carve(favor__bwd *b, float *p, size_t w, size_t dv, size_t grp,
+                             int with_stash)
+{
+    size_t C = FAVOR__CHUNK;
+    b->S = p; p += w * dv;
+    b->ST = p; p += w * dv;
+    b->z = p; p += w;
+    b->R = p; p += w * dv;
+    b->RT = p; p += w * dv;
+    b->rz = p; p += w;
+    favor__chunk_carve(&b->cb, p, C, w);
+    p += favor__chunk_floats(C, w);
+    b->num = p; p += C * dv;
+    b->dnum = p; p += C * dv;
+    b->vt = p; p += C * dv;
+    b->dphi = p; p += C * w;
+    b->b = p; p += C * C;
+    b->den = p; p += C;
+    b->og = p; p += C;
+    b->dden = p; p += C;
+    b->wt = p; p += C;
+    b->sums = p; p += C;
+    b->rows = p; p += 3 * C * grp;
+    b->stash = with_stash ? p : NULL;
+}
+
+/* From the unnormalized rows num (C x dv) and denominators den (cb.rq) of nr rows
+ * with dout G: o = num / den by the manual's rules, og = dout . o, dnum = dout /
+ * den and dden = -og / den (all zero for a zero row); den gets the divisor. */
+static void favor__bwd_rowgrads(const favor__map *mp, favor__bwd *b, const float *G, size_t ldg,
+                                size_t nr, size_t dv)
+{
+    size_t i;
+    for (i = 0; i < nr; ++i) {
+        float den = favor__den_eff(mp, b->cb.rq[i]);
+        float *dn = b->dnum + i * dv;
+        b->den[i] = den;
+        if (den == 0.0f) {
+            b->og[i] = b->dden[i] = 0.0f;
+            memset(dn, 0, dv * sizeof(float));
+            continue;
+        }
+        b->og[i] = favor__dot(G + i * ldg, b->num + i * dv, dv) / den;
+        b->dden[i] = -b->og[i] / den;
+        memcpy(dn, G + i * ldg, dv * sizeof(float));
+        favor__divs(dn, den, dv);
+    }
+}
+
+/* dphi(k) and dv of nr keys from the reverse sums: dphi = V RT + rz (rows), dV =
+ * kf R; kf, the keys' features, in b->cb.kf */
+static void favor__bwd_keys_from_sums(const favor__map *mp, favor__bwd *b, const float *V,
+                                      size_t ldv, float *DV, size_t lddv, size_t nr, size_t dv)
+{
+    size_t j, w = mp->width;
+    favor__gemm(nr, w, dv, V, ldv, 1, b->RT, w, b->dphi, w, 0);
+    for (j = 0; j < nr; ++j) favor__vadd(b->dphi + j * w, b->rz, w);
+    favor__gemm(nr, dv, w, b->cb.kf, w, 1, b->R, dv, DV, lddv, 0);
+}
+
+/* R += qf^T dnum, RT += dnum^T qf, rz += qf^T dden for nr rows */
+static void favor__bwd_accumulate(const favor__map *mp, favor__bwd *b, size_t nr, size_t dv)
+{
+    size_t i, w = mp->width;
+    favor__gemm(w, dv, nr, b->cb.qf, 1, w, b->dnum, dv, b->R, dv, 1);
+    favor__gemm(dv, w, nr, b->dnum, 1, dv, b->cb.qf, w, b->RT, w, 1);
+    for (i = 0; i < nr; ++i) favor__axpy(b->rz, b->dden[i], b->cb.qf + i * w, w);
+}
+
+/* the features of nr key rows, each at its own log-scale (rk); kt = kf^T */
+static void favor__bwd_keys_own(const favor__map *mp, favor__bwd *b, const float *K, size_t ldk,
+                                size_t nr)
+{
+    size_t w = mp->width;
+    favor__phi_raw(mp, K, ldk, nr, b->cb.kf, w, b->cb.rk);
+    favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.rk);
+    favor__transpose(nr, w, b->cb.kf, w, b->cb.kt, b->cb.cap);
+}
+
+typedef struct {
+    const favor_tensor *q, *k, *v, *g, *dq, *dk, *dv;
+} favor__bwd_args;
+
+/* Non-causal backward of key/value head hk. */
+static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *x,
+                                   const favor__shape *sh, size_t hk, favor__bwd *b)
+{
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j0;
+    const float *K = x->k->data + hk * x->k->head_stride, *V = x->v->data + hk * x->v->head_stride;
+    size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
+    float c = -INFINITY;
+    memset(b->S, 0, (4 * w * dv + 2 * w) * sizeof(float)); /* S, ST, z, R, RT, rz */
+    for (j0 = 0; j0 < sh->nk; j0 += C) {
+        size_t j, nr = sh->nk - j0 < C ? sh->nk - j0 : C;
+        float mnew;
+        favor__phi_raw(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->cb.rk);
+        mnew = favor__s_max(favor__maxval(b->cb.rk, nr), c);
+        for (j = 0; j < nr; ++j) b->cb.mk[j] = mnew;
+        favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
+        favor__state_add(mp, b->S, b->ST, b->z, &c, mnew, b->cb.kf, V + j0 * ldv, ldv, nr, dv);
+    }
+    for (t = 0; t < grp; ++t) {
+        size_t h = hk * grp + t;
+        const float *Q = x->q->data + h * x->q->head_stride;
+        const float *G = x->g->data + h * x->g->head_stride;
+        float *DQ = x->dq->data + h * x->dq->head_stride;
+        size_t ldq = x->q->row_stride, ldg = x->g->row_stride, lddq = x->dq->row_stride;
+        for (i = 0; i < sh->n; i += C) {
+            size_t r, nr = sh->n - i < C ? sh->n - i : C;
+            favor__phi_raw(mp, Q + i * ldq, ldq, nr, b->cb.qf, w, b->cb.rq);
+            favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
+            favor__gemm(nr, dv, w, b->cb.qf, w, 1, b->S, dv, b->num, dv, 0);
+            for (r = 0; r < nr; ++r) b->cb.rq[r] = favor__dot(b->cb.qf + r * w, b->z, w);
+            favor__bwd_rowgrads(mp, b, G + i * ldg, ldg, nr, dv);
+            favor__gemm(nr, w, dv, b->dnum, dv, 1, b->ST, w, b->dphi, w, 0);
+            for (r = 0; r < nr; ++r) favor__axpy(b->dphi + r * w, b->dden[r], b->z, w);
+            favor__bwd_accumulate(mp, b, nr, dv);
+            favor__phi_backward(mp, Q + i * ldq, ldq, nr, b->cb.qf, w, b->dphi, w,
+                                DQ + i * lddq, lddq, b->sums);
+        }
+    }
+    for (j0 = 0; j0 < sh->nk; j0 += C) {
+        size_t j, nr = sh->nk - j0 < C ? sh->nk - j0 : C;
+        float *DV = x->dv->data + hk * x->dv->head_stride + j0 * x->dv->row_stride;
+        float *DK = x->dk->data + hk * x->dk->head_stride + j0 * x->dk->row_stride;
+        favor__phi_raw(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->cb.rk);
+        for (j = 0; j < nr; ++j) b->cb.mk[j] = c;
+        favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
+        favor__bwd_keys_from_sums(mp, b, V + j0 * ldv, ldv, DV, x->dv->row_stride, nr, dv);
+        favor__phi_backward(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->dphi, w, DK,
+                            x->dk->row_stride, b->sums);
+    }
+}
+
+/* Causal backward of key/value head hk (see above). */
+static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args *x,
+                                     const favor__shape *sh, size_t hk, favor__bwd *b)
+{
+    size_t w = mp->width, dv = sh->dv, d = sh->d, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK;
+    size_t ldk = x->k->row_stride, ldv = x->v->row_stride, lddk = x->dk->row_stride;
+    size_t lddv = x->dv->row_stride, pre = 0, skip = 0, L, t, i, j, j0, t0, step;
+    const float *K = x->k->data + hk * x->k->head_stride, *V = x->v->data + hk * x->v->head_stride;
+    float *DK = x->dk->data + hk * x->dk->head_stride, *DV = x->dv->data + hk * x->dv->head_stride;
+    float c = -INFINITY, lam = INFINITY;
+    favor__stash sto;
+    sto.dk = DK;
+    sto.dv = DV;
+    sto.ws = b->stash;
+    sto.lddk = lddk;
+    sto.lddv = lddv;
+    sto.d = d;
+    sto.per = 3 * grp;
+    if (sh->nk >= sh->n) pre = sh->nk - sh->n; /* keys every row sees */
+    else skip = sh->n - sh->nk;                /* rows that see no key */
+    L = sh->n - skip;
+    step = favor__causal_step(mp, C);
+    memset(b->S, 0, (4 * w * dv + 2 * w) * sizeof(float));
+    for (t = 0; t < grp; ++t) { /* rows that see nothing: zero gradient */
+        size_t h = hk * grp + t;
+        for (i = 0; i < skip; ++i)
+            memset(x->dq->data + h * x->dq->head_stride + i * x->dq->row_stride, 0,
+                   d * sizeof(float));
+    }
+    for (j0 = 0; j0 < pre; j0 += C) { /* keys every row sees: absorbed as in the forward */
+        size_t nr = pre - j0 < C ? pre - j0 : C;
+        float mnew;
+        favor__phi_raw(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->cb.rk);
+        mnew = favor__s_max(favor__maxval(b->cb.rk, nr), c);
+        for (j = 0; j < nr; ++j) b->cb.mk[j] = mnew;
+        favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
+        favor__state_add(mp, b->S, b->ST, b->z, &c, mnew, b->cb.kf, V + j0 * ldv, ldv, nr, dv);
+    }
+    /* forward pass: dq */
+    for (t0 = 0; t0 < L; t0 += step) {
+        size_t nr = L - t0 < step ? L - t0 : step, kr = pre + t0;
+        float mrun;
+        int rising = favor__chunk_keys(mp, c, K + kr * ldk, ldk, nr, &b->cb, &mrun);
+        favor__transpose(nr, dv, V + kr * ldv, ldv, b->vt, C);
+        for (t = 0; t < grp; ++t) {
+            size_t h = hk * grp + t, r0 = skip + t0;
+            const float *Q = x->q->data + h * x->q->head_stride + r0 * x->q->row_stride;
+            const float *G = x->g->data + h * x->g->head_stride + r0 * x->g->row_stride;
+            float *DQ = x->dq->data + h * x->dq->head_stride + r0 * x->dq->row_stride;
+            size_t ldq = x->q->row_stride, ldg = x->g->row_stride;
+            favor__chunk_rows(mp, c, b->S, b->z, Q, ldq, V + kr * ldv, ldv, b->num, dv, nr, dv,
+                              rising, &b->cb);
+            favor__bwd_rowgrads(mp, b, G, ldg, nr, dv);
+            favor__gemm(nr, w, dv, b->dnum, dv, 1, b->ST, w, b->dphi, w, 0);
+            favor__gemm(nr, nr, dv, b->dnum, dv, 1, b->vt, C, b->b, C, 0);
+            for (i = 0; i < nr; ++i) {
+                float *bi = b->b + i * C, *si = favor__stash_at(&sto, kr + i, 3 * t);
+                float e = favor__s_exp(c - b->cb.mk[i]);
+                favor__axpy(b->dphi + i * w, b->dden[i], b->z, w);
+                favor__scal(b->dphi + i * w, e, w);
+                for (j = 0; j <= i; ++j) bi[j] += b->dden[i];
+                if (rising && i > 0) { /* b_ij *= exp(m_j - m_i) */
+                    favor__exp_add(b->cb.g, b->cb.mk, -b->cb.mk[i], i);
+                    favor__vmul(bi, b->cb.g, i);
+                }
+                for (j = i + 1; j < nr; ++j) bi[j] = 0.0f;
+                si[0] = b->den[i];
+                si = favor__stash_at(&sto, kr + i, 3 * t + 1);
+                si[0] = b->cb.mk[i];
+                si = favor__stash_at(&sto, kr + i, 3 * t + 2);
+                si[0] = b->og[i];
+            }
+            favor__gemm(nr, w, nr, b->b, C, 1, b->cb.kf, w, b->dphi, w, 1);
+            favor__phi_backward(mp, Q, ldq, nr, b->cb.qf, w, b->dphi, w, DQ,
+                                x->dq->row_stride, b->sums);
+        }
+        favor__chunk_absorb(mp, b->S, b->ST, b->z, &c, mrun, rising, V + kr * ldv, ldv, nr, dv,
+                            &b->cb);
+    }
+    /* reverse pass: dk, dv of the causal keys */
+    for (t0 = L ? (L - 1) / step * step + step : 0; t0 > 0;) {
+        size_t nr, kr;
+        float lmin = INFINITY;
+        t0 -= step;
+        nr = L - t0 < step ? L - t0 : step;
+        kr = pre + t0;
+        for (t = 0; t < grp; ++t) /* the rows' stash, before dk/dv rows are written */
+            for (i = 0; i < nr; ++i) {
+                float *ri = b->rows + (t * C + i) * 3, den, l;
+                ri[0] = den = *favor__stash_at(&sto, kr + i, 3 * t);
+                ri[1] = *favor__stash_at(&sto, kr + i, 3 * t + 1);
+                ri[2] = *favor__stash_at(&sto, kr + i, 3 * t + 2);
+                l = den != 0.0f ? ri[1] + logf(fabsf(den)) : INFINITY;
+                ri[1] = l;
+                if (l < lmin) lmin = l;
+            }
+        if (lmin < lam) { /* every weight exp(lam - l_i) stays <= 1 */
+            if (lam < INFINITY) {
+                float e = favor__s_exp(lmin - lam);
+                favor__scal(b->R, e, 2 * w * dv + w); /* R, RT, rz */
+            }
+            lam = lmin;
+        }
+        favor__bwd_keys_own(mp, b, K + kr * ldk, ldk, nr);
+        favor__transpose(nr, dv, V + kr * ldv, ldv, b->vt, C);
+        favor__bwd_keys_from_sums(mp, b, V + kr * ldv, ldv, DV + kr * lddv, lddv, nr, dv);
+        for (t = 0; t < grp; ++t) {
+            size_t h = hk * grp + t, r0 = skip + t0, i0;
+            const float *Q = x->q->data + h * x->q->head_stride + r0 * x->q->row_stride;
+            const float *G = x->g->data + h * x->g->head_stride + r0 * x->g->row_stride;
+            size_t ldq = x->q->row_stride, ldg = x->g->row_stride;
+            favor__phi_raw(mp, Q, ldq, nr, b->cb.qf, w, b->cb.rq);
+            favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
+            for (i = 0; i < nr; ++i) {
+                const float *ri = b->rows + (t * C + i) * 3;
+                float wi = ri[0] == 0.0f ? 0.0f : favor__s_exp(lam - ri[1]);
+                if (ri[0] < 0.0f) wi = -wi;
+                memcpy(b->dnum + i * dv, G + i * ldg, dv * sizeof(float));
+                favor__scal(b->dnum + i * dv, wi, dv);
+                b->dden[i] = -ri[2] * wi;
+            }
+            /* a = qf kf^T (rows i, keys j <= i), then dV += a^T dnum */
+            for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
+                size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, kend = i0 + mr;
+                size_t ncol = (kend + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
+                if (ncol > nr) ncol = nr;
+                favor__gemm(mr, ncol, w, b->cb.qf + i0 * w, w, 1, b->cb.kt, C, b->cb.a + i0 * C,
+                            C, 0);
+                for (i = i0; i < kend; ++i)
+                    for (j = i + 1; j < nr; ++j) b->cb.a[i * C + j] = 0.0f;
+            }
+            favor__gemm(nr, dv, nr, b->cb.a, 1, C, b->dnum, dv, DV + kr * lddv, lddv, 1);
+            /* b_ij = v'_j . dnum'_i (j <= i), then dphi(k) += b^T qf */
+            favor__gemm(nr, nr, dv, b->dnum, dv, 1, b->vt, C, b->b, C, 0);
+            for (i = 0; i < nr; ++i) {
+                float *bi = b->b + i * C;
+                for (j = 0; j <= i; ++j) bi[j] += b->dden[i];
+                for (j = i + 1; j < nr; ++j) bi[j] = 0.0f;
+            }
+            favor__gemm(nr, w, nr, b->b, 1, C, b->cb.qf, w, b->dphi, w, 1);
+            favor__bwd_accumulate(mp, b, nr, dv);
+        }
+        for (j = 0; j < nr; ++j) { /* back to the true scale of key j: exp(r_j - lam) */
+            float e = lam < INFINITY ? favor__s_exp(b->cb.rk[j] - lam) : 0.0f;
+            favor__scal(DV + (kr + j) * lddv, e, dv);
+            favor__scal(b->dphi + j * w, e, w);
+        }
+        favor__phi_backward(mp, K + kr * ldk, ldk, nr, b->cb.kf, w, b->dphi, w,
+                            DK + kr * lddk, lddk, b->sums);
+    }
+    for (j0 = 0; j0 < pre; j0 += C) { /* keys every row sees: the final sums */
+        size_t nr = pre - j0 < C ? pre - j0 : C;
+        favor__bwd_keys_own(mp, b, K + j0 * ldk, ldk, nr);
+        favor__bwd_keys_from_sums(mp, b, V + j0 * ldv, ldv, DV + j0 * lddv, lddv, nr, dv);
+        for (j = 0; j < nr; ++j) {
+            float e = lam < INFINITY ? favor__s_exp(b->cb.rk[j] - lam) : 0.0f;
+            favor__scal(DV + (j0 + j) * lddv, e, dv);
+            favor__scal(b->dphi + j * w, e, w);
+        }
+        favor__phi_backward(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->dphi, w,
+                            DK + j0 * lddk, lddk, b->sums);
+    }
+}
+
+FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features *f,
+                                                           const favor_tensor *q,
+                                                           const favor_tensor *k,
+                                                           const favor_tensor *v,
+                                                           const favor_options *opts)
+{
+    favor__range r;
+    size_t slice, floats;
+    if (favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK || !q ||
+        !k || !v || favor__check_tensor(q, &r) != FAVOR_OK ||
+        favor__check_tensor(k, &r) != FAVOR_OK || favor__check_tensor(v, &r) != FAVOR_OK ||
+        q->heads % k->heads != 0)
+        return 0;
+    floats = favor__linear_bwd_floats(f, q->heads / k->heads, f->dim, v->cols, q->rows,
+                                      opts && (opts->flags & FAVOR_CAUSAL));
+    return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
+}
+
+FAVOR_API favor_status favor_linear_attention_backward(
+    const favor_features *f, const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+    const favor_tensor *dout, const favor_tensor *dq, const favor_tensor *dk,
+    const favor_tensor *dv, const favor_options *opts)
+{
+    favor__shape sh;
+    favor__map mp;
+    favor__bwd_args x;
+    favor_status st;
+    float *ws;
+    void *owned;
+    int causal, in_ws;
+    long g;
+    size_t floats, nt, slice, grp;
+    if (!f) return FAVOR_E_NULL;
+    if ((st = favor__check_backward(q, k, v, NULL, dout, dq, dk, dv, 0, &sh)) != FAVOR_OK)
+        return st;
+    if ((st = favor__check_features(f)) != FAVOR_OK) return st;
+    if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if (sh.d != f->dim) return FAVOR_E_SHAPE;
+    if (f->w) {
+        int i;
+        sh.other[sh.nother++] = favor__range_of(f->w, f->count * f->dim * sizeof(float));
+        sh.other[sh.nother++] = favor__range_of(f->wt, f->count * f->dim * sizeof(float));
+        for (i = 0; i < 3; ++i)
+            if (favor__overlaps_any(&sh, sh.grad[i], 0)) return FAVOR_E_ALIAS;
+    }
+    causal = opts && (opts->flags & FAVOR_CAUSAL);
+    grp = sh.hq / sh.hkv;
+    in_ws = causal && favor__stash_in_ws(grp, sh.d, sh.dv);
+    nt = favor__nthreads(opts);
+    if (!(floats = favor__linear_bwd_floats(f, grp, sh.d, sh.dv, sh.n, causal)) ||
+        !(floats = favor__slices(floats, nt, &slice)))
+        return FAVOR_E_OVERFLOW;
+    if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
+    favor__map_make(&mp, f, favor__linear_scale(f, opts));
+    x.q = q;
+    x.k = k;
+    x.v = v;
+    x.g = dout;
+    x.dq = dq;
+    x.dk = dk;
+    x.dv = dv;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
+#endif
+    for (g = 0; g < (long)sh.hkv; ++g) {
+        favor__bwd b;
+        favor__bwd_carve(&b, ws + FAVOR__TID() * slice, mp.width, sh.dv, grp, in_ws);
+        if (causal) favor__linear_bwd_causal(&mp, &x, &sh, (size_t)g, &b);
+        else favor__linear_bwd_full(&mp, &x, &sh, (size_t)g, &b);
+    }
+    favor__ws_put(owned);
     return FAVOR_OK;
 }
 
