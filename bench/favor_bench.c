@@ -812,12 +812,13 @@ enum { OUT_NONE = 0, OUT_OK, OUT_SKIP, OUT_FAIL, OUT_MISMATCH };
 
 /* Ask a peer to time a job. Returns OUT_OK, OUT_SKIP (it declined: reason in why)
  * or OUT_FAIL (it failed, or died: then it is down). */
-static int peer_run(peer *p, const job_spec *s, timing *t, char *why, size_t whylen)
+static int peer_run_verb(peer *p, const char *verb, const job_spec *s, timing *t, char *why,
+                         size_t whylen)
 {
     char line[512];
     why[0] = 0;
     if (!p->up) return OUT_SKIP;
-    fprintf(p->to, "run %s %d %zu %zu %zu %d %zu %d %d %d %llu\n", method_id[s->method],
+    fprintf(p->to, "%s %s %d %zu %zu %zu %d %zu %d %d %d %llu\n", verb, method_id[s->method],
             s->causal, s->d, s->n, s->heads, s->threads, s->m, s->runs, s->budget_ms, s->check,
             s->seed);
     fflush(p->to);
@@ -832,6 +833,11 @@ static int peer_run(peer *p, const job_spec *s, timing *t, char *why, size_t why
         return OUT_OK;
     snprintf(why, whylen, "%.200s", line);
     return strncmp(line, "skip", 4) == 0 ? OUT_SKIP : OUT_FAIL;
+}
+
+static int peer_run(peer *p, const job_spec *s, timing *t, char *why, size_t whylen)
+{
+    return peer_run_verb(p, "run", s, t, why, whylen);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -970,7 +976,7 @@ typedef struct {
     int runs;
     double limit;
     int want_peer[P_COUNT];
-    int decode, attention;
+    int decode, attention, backward;
     size_t decode_max;
     const char *csv, *json, *python, *torch_script, *torch_core;
     unsigned long long seed;
@@ -1004,6 +1010,8 @@ static void usage(FILE *to)
             "  --no-torch         skip the PyTorch peer\n"
             "  --no-decode        skip the decoding benchmark\n"
             "  --decode-only      only the decoding benchmark\n"
+            "  --no-backward      skip the training-step (backward) benchmark\n"
+            "  --backward-only    only the training-step benchmark\n"
             "  --decode-max N     longest decoding context             default: 1048576\n"
             "  --csv FILE         write every measurement as CSV\n"
             "  --json FILE        write the run as JSON\n"
@@ -1068,7 +1076,7 @@ static int parse_args(int argc, char **argv, config *c)
     c->runs = 5;
     c->limit = 10.0;
     c->want_peer[P_BLAS_HSW] = c->want_peer[P_BLAS_DEF] = c->want_peer[P_TORCH] = 1;
-    c->decode = c->attention = 1;
+    c->decode = c->attention = c->backward = 1;
     c->decode_max = 1u << 20;
     c->python = (env = getenv("FAVOR_BENCH_PYTHON")) && *env ? env : FAVOR_BENCH_PYTHON;
     c->torch_script =
@@ -1097,7 +1105,13 @@ static int parse_args(int argc, char **argv, config *c)
             c->decode = 0;
             used = 0;
         } else if (strcmp(a, "--decode-only") == 0) {
-            c->attention = 0;
+            c->attention = c->backward = 0;
+            used = 0;
+        } else if (strcmp(a, "--no-backward") == 0) {
+            c->backward = 0;
+            used = 0;
+        } else if (strcmp(a, "--backward-only") == 0) {
+            c->attention = c->decode = 0;
             used = 0;
         } else if (!v) {
             fprintf(stderr, "favor_bench: %s: unknown option, or its value is missing\n", a);
@@ -1358,6 +1372,229 @@ static int sm_decode_call(void *p)
 {
     sm_decode *s = (sm_decode *)p;
     return favor_softmax_attention(s->q, s->k, s->v, s->o, &s->opt) != FAVOR_OK;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Training step: forward + backward                                          */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+    const job_spec *s;
+    favor_features f;
+    favor_tensor q, k, v, o, g, dq, dk, dv;
+    favor_options opt;
+    favor_status status;
+} grad_job;
+
+static int grad_fwd_call(void *p)
+{
+    grad_job *j = (grad_job *)p;
+    if (j->s->method == M_SOFTMAX)
+        j->status = favor_softmax_attention(&j->q, &j->k, &j->v, &j->o, &j->opt);
+    else
+        j->status = favor_linear_attention(&j->f, &j->q, &j->k, &j->v, &j->o, &j->opt);
+    return j->status != FAVOR_OK;
+}
+
+static int grad_bwd_call(void *p)
+{
+    grad_job *j = (grad_job *)p;
+    if (j->s->method == M_SOFTMAX)
+        j->status = favor_softmax_attention_backward(&j->q, &j->k, &j->v, &j->o, &j->g, &j->dq,
+                                                     &j->dk, &j->dv, &j->opt);
+    else
+        j->status = favor_linear_attention_backward(&j->f, &j->q, &j->k, &j->v, &j->g, &j->dq,
+                                                    &j->dk, &j->dv, &j->opt);
+    return j->status != FAVOR_OK;
+}
+
+/* sum dout . ref(q, k, v) in double, for the directional check */
+static double grad_loss(const job_spec *s, const job_data *x, const favor_features *f,
+                        const float *g)
+{
+    double *ref = reference(s, x, f), l = 0;
+    size_t i;
+    for (i = 0; i < x->len; ++i) l += (double)g[i] * ref[i];
+    free(ref);
+    return l;
+}
+
+/* The gradients against a central difference of the float64 reference along a
+ * random direction u: the inputs x +- h u are rounded to float and the
+ * directional derivative is taken along their exact difference, so rounding
+ * does not enter. Returns |fd - <grad, xp - xm>| / max(|fd|, 1e-12). */
+static double grad_check(const job_spec *s, const job_data *x, const favor_features *f,
+                         const grad_job *j)
+{
+    job_data p = *x, mneg = *x;
+    float *xs[3], *ps[3], *ms[3], *gs[3];
+    double an = 0, lp, lm, fd, h = 1e-3;
+    size_t t, i;
+    unsigned long long seed = 12345;
+    xs[0] = x->q; xs[1] = x->k; xs[2] = x->v;
+    gs[0] = j->dq.data; gs[1] = j->dk.data; gs[2] = j->dv.data;
+    for (t = 0; t < 3; ++t) {
+        ps[t] = alloc_floats(x->len);
+        ms[t] = alloc_floats(x->len);
+        for (i = 0; i < x->len; ++i) {
+            double u = (double)(mix64(&seed) >> 11) * 0x1p-53 * 2.0 - 1.0;
+            ps[t][i] = (float)(xs[t][i] + h * u);
+            ms[t][i] = (float)(xs[t][i] - h * u);
+            an += (double)gs[t][i] * ((double)ps[t][i] - (double)ms[t][i]);
+        }
+    }
+    p.q = ps[0]; p.k = ps[1]; p.v = ps[2];
+    mneg.q = ms[0]; mneg.k = ms[1]; mneg.v = ms[2];
+    lp = grad_loss(s, &p, f, j->g.data);
+    lm = grad_loss(s, &mneg, f, j->g.data);
+    fd = lp - lm;
+    for (t = 0; t < 3; ++t) {
+        free(ps[t]);
+        free(ms[t]);
+    }
+    return fabs(fd - an) / (fabs(fd) > 1e-12 ? fabs(fd) : 1e-12);
+}
+
+/* Forward (writing the softmax lse) and backward of favor.h, one thread, and
+ * PyTorch's forward + backward (autograd) of the same math, per method, mask
+ * and n. Backward FLOP are counted as 2x the forward's. */
+static int run_backward(const config *c, peer *peers)
+{
+    static const size_t n_softmax[] = {1024, 4096}, n_linear[] = {4096, 16384};
+    static const size_t n_quick[] = {256};
+    double peak = measure_peak(1, c->quick ? 0.02 : 0.1, c->quick ? 2 : 5);
+    int mi, ci, failures = 0;
+    size_t ni;
+    printf("\nTraining step: forward (softmax writing its log-sum-exp) and backward\n"
+           "(dQ, dK, dV from dO), favor.h on one thread, d = d_v = 64, %zu heads,\n"
+           "FAVOR+ m = %zu. Backward FLOP counted as 2x the forward's; %%peak of the\n"
+           "1-thread FMA peak measured now (%.1f GFLOP/s). torch: the same forward\n"
+           "with requires_grad, then out.backward(dO) (autograd), timed together.\n"
+           "ratio = torch fwd+bwd / favor fwd+bwd.\n\n",
+           c->heads, c->m, peak);
+    printf("%-7s %-6s %6s | %10s %10s %7s %8s %6s | %12s %6s\n", "method", "causal", "n",
+           "forward", "backward", "bwd/fwd", "GFLOP/s", "%peak", "torch f+b", "ratio");
+    for (mi = 0; mi < M_COUNT; ++mi)
+        for (ci = 0; ci < 2; ++ci) {
+            const size_t *ns = c->quick ? n_quick : mi == M_SOFTMAX ? n_softmax : n_linear;
+            size_t count = c->quick ? 1 : 2;
+            if (!c->methods[mi] || !c->causal[ci]) continue;
+            for (ni = 0; ni < count; ++ni) {
+                job_spec s;
+                job_data x;
+                grad_job j;
+                timing tf, tb, tt;
+                float *w, *g, *dq, *dk, *dv, *lse;
+                size_t ws1, ws2, ws;
+                void *buf;
+                char why[256], tbuf[3][32];
+                int out = OUT_NONE;
+                double bflops, chk = -1;
+                memset(&s, 0, sizeof s);
+                s.method = mi;
+                s.causal = ci;
+                s.d = 64;
+                s.n = ns[ni];
+                s.heads = c->heads;
+                s.m = c->m;
+                s.threads = 1;
+                s.runs = c->runs;
+                s.check = 0;
+                s.budget_ms = c->quick ? 0 : 250;
+                s.seed = c->seed;
+                job_data_make(&s, &x);
+                g = alloc_floats(x.len);
+                dq = alloc_floats(x.len);
+                dk = alloc_floats(x.len);
+                dv = alloc_floats(x.len);
+                lse = alloc_floats(s.heads * s.n);
+                fill_normal(g, x.len, 1.0, s.seed + 7);
+                w = features_make(&s, &j.f);
+                j.s = &s;
+                j.q = favor_tensor_packed(x.q, s.heads, s.n, s.d);
+                j.k = favor_tensor_packed(x.k, s.heads, s.n, s.d);
+                j.v = favor_tensor_packed(x.v, s.heads, s.n, s.d);
+                j.o = favor_tensor_packed(x.o, s.heads, s.n, s.d);
+                j.g = favor_tensor_packed(g, s.heads, s.n, s.d);
+                j.dq = favor_tensor_packed(dq, s.heads, s.n, s.d);
+                j.dk = favor_tensor_packed(dk, s.heads, s.n, s.d);
+                j.dv = favor_tensor_packed(dv, s.heads, s.n, s.d);
+                j.opt = favor_default_options();
+                j.opt.flags = s.causal ? FAVOR_CAUSAL : 0;
+                j.opt.threads = 1;
+                j.opt.lse = mi == M_SOFTMAX ? lse : NULL;
+                if (mi == M_SOFTMAX) {
+                    ws1 = favor_softmax_attention_workspace(&j.q, &j.k, &j.v, &j.opt);
+                    ws2 = favor_softmax_attention_backward_workspace(&j.q, &j.k, &j.v, &j.opt);
+                } else {
+                    ws1 = favor_linear_attention_workspace(&j.f, &j.q, &j.k, &j.v, &j.opt);
+                    ws2 = favor_linear_attention_backward_workspace(&j.f, &j.q, &j.k, &j.v,
+                                                                    &j.opt);
+                }
+                ws = ws1 > ws2 ? ws1 : ws2;
+                buf = xmalloc(ws);
+                j.opt.workspace = buf;
+                j.opt.workspace_size = ws;
+                j.status = FAVOR_OK;
+                if (time_calls(grad_fwd_call, &j, s.runs, 1e-3 * s.budget_ms, &tf) != 0 ||
+                    time_calls(grad_bwd_call, &j, s.runs, 1e-3 * s.budget_ms, &tb) != 0) {
+                    printf("%-7s %-6s %6zu | favor.h failed: %s\n", method_id[mi],
+                           ci ? "yes" : "no", s.n, favor_status_string(j.status));
+                    ++failures;
+                } else {
+                    if (c->quick) {
+                        chk = grad_check(&s, &x, &j.f, &j);
+                        if (!(chk <= 1e-3)) ++failures;
+                    }
+                    s.check = 0;
+                    if (peers[P_TORCH].up)
+                        out = peer_run_verb(&peers[P_TORCH], "grad", &s, &tt, why, sizeof why);
+                    bflops = 2.0 * job_flops(&s);
+                    fmt_time(tbuf[0], sizeof tbuf[0], tf.median);
+                    fmt_time(tbuf[1], sizeof tbuf[1], tb.median);
+                    printf("%-7s %-6s %6zu | %10s %10s %6.2fx %8.1f %5.1f%% |", method_id[mi],
+                           ci ? "yes" : "no", s.n, tbuf[0], tbuf[1], tb.median / tf.median,
+                           bflops / tb.median * 1e-9, 100.0 * bflops / tb.median * 1e-9 / peak);
+                    if (out == OUT_OK) {
+                        fmt_time(tbuf[2], sizeof tbuf[2], tt.median);
+                        printf(" %12s %5.2fx\n", tbuf[2], tt.median / (tf.median + tb.median));
+                    } else {
+                        printf(" %12s\n", peers[P_TORCH].up ? "-" : "(no torch)");
+                    }
+                    if (chk >= 0)
+                        printf("    gradient %s: directional derivative error %.2g (<= 1e-3)\n",
+                               chk <= 1e-3 ? "ok" : "MISMATCH", chk);
+                    if (csv_out) {
+                        fprintf(csv_out, "backward,%s,%d,%zu,%zu,%zu,1,favor_forward,%.6e,%.6e,%d,"
+                                         "%.4f,%.4f,,%.3f\n",
+                                method_id[mi], ci, s.d, s.n, s.heads, tf.median, tf.min, tf.runs,
+                                job_flops(&s) / tf.median * 1e-9,
+                                job_flops(&s) / tf.median * 1e-9 / peak, peak);
+                        fprintf(csv_out, "backward,%s,%d,%zu,%zu,%zu,1,favor_backward,%.6e,%.6e,%d,"
+                                         "%.4f,%.4f,%.4f,%.3f\n",
+                                method_id[mi], ci, s.d, s.n, s.heads, tb.median, tb.min, tb.runs,
+                                bflops / tb.median * 1e-9, bflops / tb.median * 1e-9 / peak,
+                                tb.median / tf.median, peak);
+                        if (out == OUT_OK)
+                            fprintf(csv_out, "backward,%s,%d,%zu,%zu,%zu,1,torch_forward_backward,"
+                                             "%.6e,%.6e,%d,,,%.4f,%.3f\n",
+                                    method_id[mi], ci, s.d, s.n, s.heads, tt.median, tt.min,
+                                    tt.runs, tt.median / (tf.median + tb.median), peak);
+                        fflush(csv_out);
+                    }
+                }
+                fflush(stdout);
+                free(buf);
+                free(w);
+                free(g);
+                free(dq);
+                free(dk);
+                free(dv);
+                free(lse);
+                job_data_free(&x);
+            }
+        }
+    return failures;
 }
 
 static int run_decode(const config *c)
@@ -1847,6 +2084,8 @@ int main(int argc, char **argv)
                    c.threads[ti] == 1 ? "" : "s", peak_lo[ti], peak_hi[ti]);
 
     if (c.decode && run_decode(&c) != 0) ++failures;
+
+    if (c.backward) failures += run_backward(&c, peers);
 
     for (p = 0; p < P_COUNT; ++p) peer_stop(&peers[p]);
 

@@ -5,6 +5,10 @@ favor_bench starts this script as a child process (`/usr/bin/python3
 bench/peers_torch.py --serve`) and sends it one request per line on stdin:
 
     run METHOD CAUSAL D N HEADS THREADS M RUNS BUDGET_MS CHECK SEED
+    grad METHOD CAUSAL D N HEADS THREADS M RUNS BUDGET_MS CHECK SEED
+
+(grad: a training step, the forward with autograd and out.backward(dO); CHECK
+is ignored and ERR is -1.)
 
 METHOD is softmax, elu1 or favor+; Q, K and V are HEADS x N x D float32 tensors
 (Q, K ~ N(0, 0.5^2), V ~ N(0, 1)). The script times the method the way a PyTorch
@@ -152,6 +156,35 @@ def main():
         den = a.sum(dim=-1) + torch.einsum("hbcm,hbm->hbc", q4, z)
         return (num / den.unsqueeze(-1)).reshape(h, n, dv)
 
+    def training_step(method, causal, q, k, v, w, gen):
+        """forward with autograd, then out.backward(dO): what one training step
+        of the attention costs in PyTorch"""
+        g = torch.randn(v.shape, generator=gen)
+        q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+        n, d = q.shape[1], q.shape[2]
+        mask = torch.ones(n, n, dtype=torch.bool).triu_(1) if causal else None
+
+        def forward():
+            if method == "softmax":
+                s = torch.matmul(q * d ** -0.5, k.transpose(1, 2))
+                if causal:
+                    s = s.masked_fill(mask, float("-inf"))
+                return torch.matmul(torch.softmax(s, dim=-1), v)
+            if method == "elu1":
+                qf, kf = elu1(q), elu1(k)
+            else:
+                qf, kf = favor_features(q, w, True), favor_features(k, w, False)
+            if causal:
+                return linear_causal(qf, kf, v)
+            return linear_noncausal(qf, kf, v, 1e-6 if method == "elu1" else 0.0)
+
+        def step():
+            for t in (q, k, v):
+                t.grad = None
+            forward().backward(g)
+
+        return step
+
     def reference(method, causal, q, k, v, w):
         q, k, v = q.double(), k.double(), v.double()
         n, d = q.shape[1], q.shape[2]
@@ -177,8 +210,9 @@ def main():
         if parts[0] == "quit":
             break
         try:
-            if parts[0] != "run" or len(parts) != 12:
+            if parts[0] not in ("run", "grad") or len(parts) != 12:
                 raise ValueError("bad request")
+            grad = parts[0] == "grad"
             method = parts[1]
             causal, d, n, heads, threads, m, runs, budget_ms, check, seed = (int(x) for x in parts[2:])
             if method not in ("softmax", "elu1", "favor+"):
@@ -200,6 +234,12 @@ def main():
             k = torch.randn(heads, n, d, generator=gen) * 0.5
             v = torch.randn(heads, n, d, generator=gen)
             w = orthogonal_w(m, d, gen, torch.float32) if method == "favor+" else None
+            if grad:
+                median, best, r = timed(training_step(method, causal, q, k, v, w, gen),
+                                        runs, budget_ms * 1e-3)
+                print("ok %.9g %.9g %d %.6g" % (median, best, r, -1.0))
+                sys.stdout.flush()
+                continue
             with torch.inference_mode():
                 if method == "softmax":
                     mask = torch.ones(n, n, dtype=torch.bool).triu_(1) if causal else None

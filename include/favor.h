@@ -523,6 +523,32 @@ static inline float favor__v_hmax(favor__vf x)
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+/* d[c*ldd + r] = s[r*lds + c] for an 8 x 8 block: a data movement the portable
+ * layer has no operation for (lane shuffles), so each backend spells it out;
+ * every kernel's transposes go through favor__transpose, which uses it. */
+static inline void favor__v_transpose(const float *s, size_t lds, float *d, size_t ldd)
+{
+    __m256 a0 = _mm256_loadu_ps(s), a1 = _mm256_loadu_ps(s + lds);
+    __m256 a2 = _mm256_loadu_ps(s + 2 * lds), a3 = _mm256_loadu_ps(s + 3 * lds);
+    __m256 a4 = _mm256_loadu_ps(s + 4 * lds), a5 = _mm256_loadu_ps(s + 5 * lds);
+    __m256 a6 = _mm256_loadu_ps(s + 6 * lds), a7 = _mm256_loadu_ps(s + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+    __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+    __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
+    __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
 #elif FAVOR_SIMD == FAVOR_NEON
 /* NEON (AArch64): 4 lanes. vmaxq/vminq would turn a NaN in either operand into
  * NaN; max/min are written as selects so every backend follows one rule. */
@@ -553,6 +579,16 @@ static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf 
 }
 static inline float favor__v_hsum(favor__vf x) { return vaddvq_f32(x); }
 static inline float favor__v_hmax(favor__vf x) { return vmaxvq_f32(x); }
+/* a 4 x 4 block transpose (see the AVX2 version) */
+static inline void favor__v_transpose(const float *s, size_t lds, float *d, size_t ldd)
+{
+    float32x4x2_t t01 = vtrnq_f32(vld1q_f32(s), vld1q_f32(s + lds));
+    float32x4x2_t t23 = vtrnq_f32(vld1q_f32(s + 2 * lds), vld1q_f32(s + 3 * lds));
+    vst1q_f32(d, vcombine_f32(vget_low_f32(t01.val[0]), vget_low_f32(t23.val[0])));
+    vst1q_f32(d + ldd, vcombine_f32(vget_low_f32(t01.val[1]), vget_low_f32(t23.val[1])));
+    vst1q_f32(d + 2 * ldd, vcombine_f32(vget_high_f32(t01.val[0]), vget_high_f32(t23.val[0])));
+    vst1q_f32(d + 3 * ldd, vcombine_f32(vget_high_f32(t01.val[1]), vget_high_f32(t23.val[1])));
+}
 #else
 #define FAVOR__W 1
 typedef float favor__vf;
@@ -577,6 +613,12 @@ typedef favor__su favor__vu;
 #define favor__v_pos_select favor__s_pos_select
 #define favor__v_hsum favor__s_hsum
 #define favor__v_hmax favor__s_hmax
+static inline void favor__v_transpose(const float *s, size_t lds, float *d, size_t ldd)
+{
+    (void)lds;
+    (void)ldd;
+    *d = *s; /* a 1 x 1 block */
+}
 #endif
 
 /* 4.3 exp and elu ------------------------------------------------------------
@@ -884,17 +926,16 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
     }
 }
 
-/* dst[c][r] = src[r][c] for an R x Cn block, in 8 x 8 blocks so that both sides
- * are walked in short contiguous runs. */
+/* dst[c][r] = src[r][c] for an R x Cn block: whole W x W blocks with the
+ * backend's block transpose, the edges element by element. */
 static void favor__transpose(size_t R, size_t Cn, const float *src, size_t lds, float *dst, size_t ldd)
 {
-    size_t r0, c0, r, c;
-    for (r0 = 0; r0 < R; r0 += 8)
-        for (c0 = 0; c0 < Cn; c0 += 8) {
-            size_t r1 = R - r0 < 8 ? R : r0 + 8, c1 = Cn - c0 < 8 ? Cn : c0 + 8;
-            for (c = c0; c < c1; ++c)
-                for (r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
-        }
+    size_t r0, c0, r, c, Rv = R - R % FAVOR__W, Cv = Cn - Cn % FAVOR__W;
+    for (r0 = 0; r0 < Rv; r0 += FAVOR__W)
+        for (c0 = 0; c0 < Cv; c0 += FAVOR__W)
+            favor__v_transpose(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+    for (r = 0; r < R; ++r)
+        for (c = r < Rv ? Cv : 0; c < Cn; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 
 /* 4.5 PRNG and sampling ------------------------------------------------------
@@ -1952,19 +1993,17 @@ static int favor__chunk_keys(const favor__map *mp, float c, const float *K, size
     return favor__stabilized(mp->kernel) && cb->mk[0] != m;
 }
 
-/* The rows of a causal chunk for one query head, after favor__chunk_keys: qf,
- * the unnormalized O (nr x d_v) = e_i phi(q_i) S + sum_{j<=i} a_ij v_j and the
- * denominators in cb->rq. The intra-chunk products are triangular: a row block
- * [i0, i0+mr) needs keys [0, i0+mr) only, so each block's scores (rounded up to
- * whole vectors) and its product with V stop there, about a third less work. */
-static void favor__chunk_rows(const favor__map *mp, float c, const float *S, const float *z,
-                              const float *Q, size_t ldq, const float *V, size_t ldv, float *O,
-                              size_t ldo, size_t nr, size_t dv, int rising, favor__chunk *cb)
+/* The scores of a causal chunk for one query head, after favor__chunk_keys: qf,
+ * a_ij = phi(q_i).phi(k_j) exp(m_j - m_i) for j <= i (0 after) and the
+ * denominators e_i phi(q_i).z + sum_j a_ij in cb->rq (e_i = exp(c - m_i)). The
+ * products are triangular: a row block [i0, i0+mr) needs keys [0, i0+mr) only,
+ * so each block's scores stop there (rounded up to whole vectors). */
+static void favor__chunk_scores(const favor__map *mp, float c, const float *z, const float *Q,
+                                size_t ldq, size_t nr, int rising, favor__chunk *cb)
 {
     size_t i, j, i0, w = mp->width, C = cb->cap;
     favor__phi_raw(mp, Q, ldq, nr, cb->qf, w, cb->rq);
     favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
-    favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, ldo, 0);
     for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
         size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, kend = i0 + mr;
         size_t ncol = (kend + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
@@ -1972,16 +2011,31 @@ static void favor__chunk_rows(const favor__map *mp, float c, const float *S, con
         favor__gemm(mr, ncol, w, cb->qf + i0 * w, w, 1, cb->kt, C, cb->a + i0 * C, C, 0);
         for (i = i0; i < kend; ++i) {
             float *ai = cb->a + i * C;
-            float e = favor__s_exp(c - cb->mk[i]);
             if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
                 favor__exp_add(cb->g, cb->mk, -cb->mk[i], i);
                 favor__vmul(ai, cb->g, i);
             }
-            for (j = i + 1; j < kend; ++j) ai[j] = 0.0f; /* future keys of the block */
-            cb->rq[i] = e * favor__dot(cb->qf + i * w, z, w) + favor__sum(ai, i + 1);
-            favor__scal(O + i * ldo, e, dv);
+            for (j = i + 1; j < nr; ++j) ai[j] = 0.0f; /* future keys */
+            cb->rq[i] = favor__s_exp(c - cb->mk[i]) * favor__dot(cb->qf + i * w, z, w) +
+                        favor__sum(ai, i + 1);
         }
-        favor__gemm(mr, dv, kend, cb->a + i0 * C, C, 1, V, ldv, O + i0 * ldo, ldo, 1);
+    }
+}
+
+/* The unnormalized outputs of a causal chunk for one query head:
+ * O (nr x d_v) = e_i phi(q_i) S + sum_{j<=i} a_ij v_j, with the denominators in
+ * cb->rq (favor__chunk_scores). */
+static void favor__chunk_rows(const favor__map *mp, float c, const float *S, const float *z,
+                              const float *Q, size_t ldq, const float *V, size_t ldv, float *O,
+                              size_t ldo, size_t nr, size_t dv, int rising, favor__chunk *cb)
+{
+    size_t i, i0, w = mp->width, C = cb->cap;
+    favor__chunk_scores(mp, c, z, Q, ldq, nr, rising, cb);
+    favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, ldo, 0);
+    for (i = 0; i < nr; ++i) favor__scal(O + i * ldo, favor__s_exp(c - cb->mk[i]), dv);
+    for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
+        size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR;
+        favor__gemm(mr, dv, i0 + mr, cb->a + i0 * C, C, 1, V, ldv, O + i0 * ldo, ldo, 1);
     }
 }
 
@@ -2466,27 +2520,33 @@ FAVOR_API favor_status favor_softmax_attention_backward(
  *     dphi(q_i) = sum_{j visible} (v'_j . dnum'_i) phi(k_j)
  *     dphi(k_j) = sum_{i that see j} (v'_j . dnum'_i) phi(q_i)
  *     dv_j      = sum_{i that see j} (phi(q_i) . phi(k_j)) dnum_i
- * Non-causal: the forward state (S, its transpose ST, z) gives dphi(q_i) =
- * dnum_i ST + dden_i z row by row while R = sum_i phi(q_i) dnum_i^T (and RT, rz)
- * accumulates; then dphi(k_j) = v_j RT + rz and dv_j = phi(k_j) R. The key
- * stabilizer c is common to every term, so nothing needs rescaling.
- * Causal: a forward pass over the chunks recomputes the output (the forward's
- * stabilizers: key j at the running maximum m_j, row i at m_i) and writes dq,
- * with the intra-chunk term b_ij = (v'_j . dnum'_i) exp(m_j - m_i), j <= i. A
- * row keeps (den_i, m_i, dout_i . o_i) for the reverse pass, which walks the
- * chunks backwards with R = sum_{i >= chunk} phi(q_i) dnum'_i^T: a key uses its
- * own log-scale r_j as stabilizer, a row the weight exp(lam - l_i) / sign with
- * l_i = m_i + log|den_i| and lam the smallest l_i so far (R is rescaled when lam
- * falls), so every weight is at most 1; key j's sums are multiplied by
- * exp(r_j - lam) at the end. Keys all rows see (n_k > n) take the final R. */
+ * The output itself is never formed: with u_i = S dout_i, dout_i . o_i =
+ * phi(q_i) . u_i / den_i and S dnum_i = u_i / den_i.
+ * Non-causal: the state (S, z) of every key gives dphi(q_i) = (u_i - (dout_i.o_i)
+ * z) / den_i row by row while R = sum_i phi(q_i) dnum_i^T and rz = sum_i phi(q_i)
+ * dden_i accumulate; a second pass over the keys gives dphi(k_j) = R v_j + rz and
+ * dv_j = R^T phi(k_j). The key stabilizer c is common to every term. Products with
+ * S^T or R^T are formed transposed (S times dO^T, R times V^T) and transposed back,
+ * O(width) per row, so no transposed state is kept: 10 width d_v FLOP per token
+ * against the forward's 4, plus three feature maps and two map backwards.
+ * Causal: a forward pass over the chunks recomputes the forward's scores (key j
+ * at the running maximum m_j, row i at m_i) and writes dq, with the intra-chunk
+ * term b_ij = (v'_j . dnum'_i) exp(m_j - m_i), j <= i. A row keeps (den_i, m_i,
+ * dout_i . o_i) for the reverse pass, which walks the chunks backwards with R =
+ * sum_{i >= chunk} phi(q_i) dnum'_i^T: a key uses its own log-scale r_j as
+ * stabilizer, a row the weight sign(den_i) exp(lam - l_i) with l_i = m_i +
+ * log|den_i| and lam the smallest l_i so far (R is rescaled when lam falls), so
+ * every weight is at most 1; key j's sums are multiplied by exp(r_j - lam) at the
+ * end. Keys all rows see (n_k > n) take the final R. */
 typedef struct {
-    float *S, *ST, *z;     /* forward state, width x dv, dv x width, width */
-    float *R, *RT, *rz;    /* reverse sums, same shapes                    */
-    float *num, *dnum;     /* C x dv: unnormalized outputs, dnum rows      */
+    float *S, *z;          /* forward state, width x dv, width             */
+    float *R, *rz;         /* reverse sums, same shapes                    */
+    float *dnum;           /* C x dv                                       */
     float *dphi;           /* C x width                                    */
-    float *vt;             /* dv x C: the chunk's V transposed             */
+    float *tw;             /* width x C: a product formed transposed       */
+    float *vt, *gt;        /* dv x C: the chunk's V and dO transposed      */
     float *b;              /* C x C: intra-chunk weights                   */
-    float *den, *og, *dden, *wt, *sums; /* C each                          */
+    float *den, *og, *dden, *sums; /* C each                               */
     float *rows;           /* 3 C grp: the stash of a chunk's rows         */
     float *stash;          /* 3 grp per causal row, when not kept in dk/dv */
     favor__chunk cb;
@@ -2497,11 +2557,13 @@ typedef struct {
 typedef struct {
     float *dk, *dv, *ws;
     size_t lddk, lddv, d, per;
+    size_t pre; /* key rows before the causal part: the workspace holds rows after */
 } favor__stash;
 
+/* the slot of key row `row` (>= pre) */
 static float *favor__stash_at(const favor__stash *st, size_t row, size_t slot)
 {
-    if (st->ws) return st->ws + row * st->per + slot;
+    if (st->ws) return st->ws + (row - st->pre) * st->per + slot;
     return slot < st->d ? st->dk + row * st->lddk + slot
                         : st->dv + row * st->lddv + (slot - st->d);
 }
@@ -2514,15 +2576,13 @@ static size_t favor__linear_bwd_floats(const favor_features *f, size_t grp, size
                                        size_t n, int causal)
 {
     size_t w = favor__width(f->kernel, f->dim, f->count), C = FAVOR__CHUNK, wd, cw, a, t;
-    /* 4 w dv + 2 w + chunk + C (3 dv + w + C + 5 + 3 grp) [+ 3 grp n] */
-    if (w > SIZE_MAX / 4 / C || !favor__mul_ok(w, dv, &wd) || wd > SIZE_MAX / 8) return 0;
-    a = 4 * wd + 2 * w;
+    /* 2 w dv + 2 w + chunk + C (w + 3 dv + w + C + 4 + 3 grp) [+ 3 grp n] */
+    if (w > SIZE_MAX / 8 / C || !favor__mul_ok(w, dv, &wd) || wd > SIZE_MAX / 8) return 0;
+    a = 2 * wd + 2 * w;
     if (!favor__add_ok(a, favor__chunk_floats(C, w), &a)) return 0;
-    if (dv > SIZE_MAX / 4 / C || grp > SIZE_MAX / 4 / C) return 0;
-    cw = 3 * dv + w + C + 5;
-    if (!favor__mul_ok(C, cw, &t) || !favor__add_ok(a, t, &a) ||
-        !favor__add_ok(a, 3 * C * grp, &a))
-        return 0;
+    if (dv > SIZE_MAX / 8 / C || grp > SIZE_MAX / 8 / C) return 0;
+    cw = 2 * w + 3 * dv + C + 4 + 3 * grp;
+    if (!favor__mul_ok(C, cw, &t) || !favor__add_ok(a, t, &a)) return 0;
     if (causal && favor__stash_in_ws(grp, d, dv)) {
         if (!favor__mul_ok(n, 3 * grp, &t) || !favor__add_ok(a, t, &a)) return 0;
     }
@@ -2534,83 +2594,97 @@ static void favor__bwd_carve(favor__bwd *b, float *p, size_t w, size_t dv, size_
 {
     size_t C = FAVOR__CHUNK;
     b->S = p; p += w * dv;
-    b->ST = p; p += w * dv;
     b->z = p; p += w;
     b->R = p; p += w * dv;
-    b->RT = p; p += w * dv;
     b->rz = p; p += w;
     favor__chunk_carve(&b->cb, p, C, w);
     p += favor__chunk_floats(C, w);
-    b->num = p; p += C * dv;
     b->dnum = p; p += C * dv;
     b->vt = p; p += C * dv;
+    b->gt = p; p += C * dv;
     b->dphi = p; p += C * w;
+    b->tw = p; p += C * w;
     b->b = p; p += C * C;
     b->den = p; p += C;
     b->og = p; p += C;
     b->dden = p; p += C;
-    b->wt = p; p += C;
     b->sums = p; p += C;
     b->rows = p; p += 3 * C * grp;
     b->stash = with_stash ? p : NULL;
 }
 
-/* From the unnormalized rows num (C x dv) and denominators den (cb.rq) of nr rows
- * with dout G: o = num / den by the manual's rules, og = dout . o, dnum = dout /
- * den and dden = -og / den (all zero for a zero row); den gets the divisor. */
-static void favor__bwd_rowgrads(const favor__map *mp, favor__bwd *b, const float *G, size_t ldg,
-                                size_t nr, size_t dv)
+/* dst (nr x width) = the state (width x dv) times the columns of xt (dv x nr,
+ * leading dimension C): the product S x_i for every row i, formed as S X^T and
+ * transposed back */
+static void favor__bwd_state_times(const favor__map *mp, favor__bwd *b, const float *M,
+                                   const float *xt, size_t nr, size_t dv, float *dst)
 {
-    size_t i;
-    for (i = 0; i < nr; ++i) {
-        float den = favor__den_eff(mp, b->cb.rq[i]);
-        float *dn = b->dnum + i * dv;
-        b->den[i] = den;
-        if (den == 0.0f) {
-            b->og[i] = b->dden[i] = 0.0f;
-            memset(dn, 0, dv * sizeof(float));
-            continue;
-        }
-        b->og[i] = favor__dot(G + i * ldg, b->num + i * dv, dv) / den;
-        b->dden[i] = -b->og[i] / den;
-        memcpy(dn, G + i * ldg, dv * sizeof(float));
-        favor__divs(dn, den, dv);
-    }
+    size_t w = mp->width;
+    favor__gemm(w, nr, dv, M, dv, 1, xt, FAVOR__CHUNK, b->tw, FAVOR__CHUNK, 0);
+    favor__transpose(w, nr, b->tw, FAVOR__CHUNK, dst, w);
 }
 
-/* dphi(k) and dv of nr keys from the reverse sums: dphi = V RT + rz (rows), dV =
- * kf R; kf, the keys' features, in b->cb.kf */
-static void favor__bwd_keys_from_sums(const favor__map *mp, favor__bwd *b, const float *V,
-                                      size_t ldv, float *DV, size_t lddv, size_t nr, size_t dv)
+/* dphi(k) and dv of nr keys from the reverse sums: dphi = R v_j + rz, dV = kf R;
+ * kf, the keys' features, in b->cb.kf and V^T in b->vt */
+static void favor__bwd_keys_from_sums(const favor__map *mp, favor__bwd *b, float *DV,
+                                      size_t lddv, size_t nr, size_t dv)
 {
     size_t j, w = mp->width;
-    favor__gemm(nr, w, dv, V, ldv, 1, b->RT, w, b->dphi, w, 0);
+    favor__bwd_state_times(mp, b, b->R, b->vt, nr, dv, b->dphi);
     for (j = 0; j < nr; ++j) favor__vadd(b->dphi + j * w, b->rz, w);
     favor__gemm(nr, dv, w, b->cb.kf, w, 1, b->R, dv, DV, lddv, 0);
 }
 
-/* R += qf^T dnum, RT += dnum^T qf, rz += qf^T dden for nr rows */
+/* R += qf^T dnum, rz += qf^T dden for nr rows */
 static void favor__bwd_accumulate(const favor__map *mp, favor__bwd *b, size_t nr, size_t dv)
 {
     size_t i, w = mp->width;
     favor__gemm(w, dv, nr, b->cb.qf, 1, w, b->dnum, dv, b->R, dv, 1);
-    favor__gemm(dv, w, nr, b->dnum, 1, dv, b->cb.qf, w, b->RT, w, 1);
     for (i = 0; i < nr; ++i) favor__axpy(b->rz, b->dden[i], b->cb.qf + i * w, w);
 }
 
-/* the features of nr key rows, each at its own log-scale (rk); kt = kf^T */
+/* the features of nr key rows, each at its own log-scale (rk); kt = kf^T, and
+ * vt = V^T */
 static void favor__bwd_keys_own(const favor__map *mp, favor__bwd *b, const float *K, size_t ldk,
-                                size_t nr)
+                                const float *V, size_t ldv, size_t nr, size_t dv)
 {
     size_t w = mp->width;
     favor__phi_raw(mp, K, ldk, nr, b->cb.kf, w, b->cb.rk);
     favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.rk);
     favor__transpose(nr, w, b->cb.kf, w, b->cb.kt, b->cb.cap);
+    favor__transpose(nr, dv, V, ldv, b->vt, FAVOR__CHUNK);
+}
+
+/* keys multiplied back to their true scale exp(r_j - lam), then dk */
+static void favor__bwd_keys_finish(const favor__map *mp, favor__bwd *b, float lam,
+                                   const float *K, size_t ldk, float *DK, size_t lddk, float *DV,
+                                   size_t lddv, size_t nr, size_t dv)
+{
+    size_t j, w = mp->width;
+    for (j = 0; j < nr; ++j) {
+        float e = lam < INFINITY ? favor__s_exp(b->cb.rk[j] - lam) : 0.0f;
+        favor__scal(DV + j * lddv, e, dv);
+        favor__scal(b->dphi + j * w, e, w);
+    }
+    favor__phi_backward(mp, K, ldk, nr, b->cb.kf, w, b->dphi, w, DK, lddk, b->sums);
 }
 
 typedef struct {
     const favor_tensor *q, *k, *v, *g, *dq, *dk, *dv;
 } favor__bwd_args;
+
+/* absorb keys [0, nr) as one block of the forward (stabilizer: their maximum) */
+static void favor__bwd_absorb(const favor__map *mp, favor__bwd *b, float *c, const float *K,
+                              size_t ldk, const float *V, size_t ldv, size_t nr, size_t dv)
+{
+    size_t j, w = mp->width;
+    float mnew;
+    favor__phi_raw(mp, K, ldk, nr, b->cb.kf, w, b->cb.rk);
+    mnew = favor__s_max(favor__maxval(b->cb.rk, nr), *c);
+    for (j = 0; j < nr; ++j) b->cb.mk[j] = mnew;
+    favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
+    favor__state_add(mp, b->S, NULL, b->z, c, mnew, b->cb.kf, V, ldv, nr, dv);
+}
 
 /* Non-causal backward of key/value head hk. */
 static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *x,
@@ -2620,16 +2694,10 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
     const float *K = x->k->data + hk * x->k->head_stride, *V = x->v->data + hk * x->v->head_stride;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
     float c = -INFINITY;
-    memset(b->S, 0, (4 * w * dv + 2 * w) * sizeof(float)); /* S, ST, z, R, RT, rz */
-    for (j0 = 0; j0 < sh->nk; j0 += C) {
-        size_t j, nr = sh->nk - j0 < C ? sh->nk - j0 : C;
-        float mnew;
-        favor__phi_raw(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->cb.rk);
-        mnew = favor__s_max(favor__maxval(b->cb.rk, nr), c);
-        for (j = 0; j < nr; ++j) b->cb.mk[j] = mnew;
-        favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
-        favor__state_add(mp, b->S, b->ST, b->z, &c, mnew, b->cb.kf, V + j0 * ldv, ldv, nr, dv);
-    }
+    memset(b->S, 0, (2 * w * dv + 2 * w) * sizeof(float)); /* S, z, R, rz */
+    for (j0 = 0; j0 < sh->nk; j0 += C)
+        favor__bwd_absorb(mp, b, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
+                          sh->nk - j0 < C ? sh->nk - j0 : C, dv);
     for (t = 0; t < grp; ++t) {
         size_t h = hk * grp + t;
         const float *Q = x->q->data + h * x->q->head_stride;
@@ -2640,11 +2708,24 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
             size_t r, nr = sh->n - i < C ? sh->n - i : C;
             favor__phi_raw(mp, Q + i * ldq, ldq, nr, b->cb.qf, w, b->cb.rq);
             favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
-            favor__gemm(nr, dv, w, b->cb.qf, w, 1, b->S, dv, b->num, dv, 0);
-            for (r = 0; r < nr; ++r) b->cb.rq[r] = favor__dot(b->cb.qf + r * w, b->z, w);
-            favor__bwd_rowgrads(mp, b, G + i * ldg, ldg, nr, dv);
-            favor__gemm(nr, w, dv, b->dnum, dv, 1, b->ST, w, b->dphi, w, 0);
-            for (r = 0; r < nr; ++r) favor__axpy(b->dphi + r * w, b->dden[r], b->z, w);
+            favor__transpose(nr, dv, G + i * ldg, ldg, b->gt, C);
+            favor__bwd_state_times(mp, b, b->S, b->gt, nr, dv, b->dphi); /* u_r = S g_r */
+            for (r = 0; r < nr; ++r) {
+                float *u = b->dphi + r * w, *dn = b->dnum + r * dv;
+                float den = favor__den_eff(mp, favor__dot(b->cb.qf + r * w, b->z, w));
+                if (den == 0.0f) { /* a zero row: no gradient */
+                    b->dden[r] = 0.0f;
+                    memset(dn, 0, dv * sizeof(float));
+                    memset(u, 0, w * sizeof(float));
+                    continue;
+                }
+                b->og[r] = favor__dot(b->cb.qf + r * w, u, w) / den; /* dout . o */
+                b->dden[r] = -b->og[r] / den;
+                favor__axpy(u, -b->og[r], b->z, w);
+                favor__divs(u, den, w);
+                memcpy(dn, G + (i + r) * ldg, dv * sizeof(float));
+                favor__divs(dn, den, dv);
+            }
             favor__bwd_accumulate(mp, b, nr, dv);
             favor__phi_backward(mp, Q + i * ldq, ldq, nr, b->cb.qf, w, b->dphi, w,
                                 DQ + i * lddq, lddq, b->sums);
@@ -2657,10 +2738,159 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
         favor__phi_raw(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->cb.rk);
         for (j = 0; j < nr; ++j) b->cb.mk[j] = c;
         favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
-        favor__bwd_keys_from_sums(mp, b, V + j0 * ldv, ldv, DV, x->dv->row_stride, nr, dv);
+        favor__transpose(nr, dv, V + j0 * ldv, ldv, b->vt, C);
+        favor__bwd_keys_from_sums(mp, b, DV, x->dv->row_stride, nr, dv);
         favor__phi_backward(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->dphi, w, DK,
                             x->dk->row_stride, b->sums);
     }
+}
+
+/* Causal forward pass over one chunk of nr rows (keys kr.., rows r0.. of each
+ * query head): dq, and every row's stash. */
+static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *x,
+                                   const favor__shape *sh, size_t hk, favor__bwd *b,
+                                   const favor__stash *sto, float *c, size_t kr, size_t r0,
+                                   size_t nr)
+{
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j, i0;
+    size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
+    const float *K = x->k->data + hk * x->k->head_stride + kr * ldk;
+    const float *V = x->v->data + hk * x->v->head_stride + kr * ldv;
+    float mrun;
+    int rising = favor__chunk_keys(mp, *c, K, ldk, nr, &b->cb, &mrun);
+    favor__transpose(nr, dv, V, ldv, b->vt, C);
+    for (t = 0; t < grp; ++t) {
+        size_t h = hk * grp + t, ldq = x->q->row_stride, ldg = x->g->row_stride;
+        const float *Q = x->q->data + h * x->q->head_stride + r0 * ldq;
+        const float *G = x->g->data + h * x->g->head_stride + r0 * ldg;
+        float *DQ = x->dq->data + h * x->dq->head_stride + r0 * x->dq->row_stride;
+        favor__chunk_scores(mp, *c, b->z, Q, ldq, nr, rising, &b->cb);
+        favor__transpose(nr, dv, G, ldg, b->gt, C);
+        favor__bwd_state_times(mp, b, b->S, b->gt, nr, dv, b->dphi); /* u_i = S g_i */
+        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) { /* g_i . v_j, j <= i (whole vectors) */
+            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR;
+            size_t ncol = (i0 + mr + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
+            favor__gemm(mr, ncol < nr ? ncol : nr, dv, G + i0 * ldg, ldg, 1, b->vt, C,
+                        b->b + i0 * C, C, 0);
+        }
+        for (i = 0; i < nr; ++i) {
+            float *u = b->dphi + i * w, *bi = b->b + i * C, *ai = b->cb.a + i * C;
+            float den = favor__den_eff(mp, b->cb.rq[i]), e, og, dden;
+            *favor__stash_at(sto, kr + i, 3 * t) = den;
+            *favor__stash_at(sto, kr + i, 3 * t + 1) = b->cb.mk[i];
+            if (den == 0.0f) { /* a zero row: no gradient */
+                *favor__stash_at(sto, kr + i, 3 * t + 2) = 0.0f;
+                memset(u, 0, w * sizeof(float));
+                memset(bi, 0, nr * sizeof(float));
+                continue;
+            }
+            e = favor__s_exp(*c - b->cb.mk[i]);
+            og = 0.0f;
+            for (j = 0; j <= i; ++j) og += ai[j] * bi[j];
+            og = (e * favor__dot(b->cb.qf + i * w, u, w) + og) / den; /* dout . o */
+            dden = -og / den;
+            *favor__stash_at(sto, kr + i, 3 * t + 2) = og;
+            favor__scal(u, e / den, w); /* e (S dnum + dden z) */
+            favor__axpy(u, e * dden, b->z, w);
+            for (j = 0; j <= i; ++j) bi[j] = bi[j] / den + dden;
+            if (rising && i > 0) { /* b_ij *= exp(m_j - m_i) */
+                favor__exp_add(b->cb.g, b->cb.mk, -b->cb.mk[i], i);
+                favor__vmul(bi, b->cb.g, i);
+            }
+            for (j = i + 1; j < nr; ++j) bi[j] = 0.0f;
+        }
+        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) { /* dphi += b kf, keys j <= i */
+            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR;
+            favor__gemm(mr, w, i0 + mr, b->b + i0 * C, C, 1, b->cb.kf, w, b->dphi + i0 * w, w,
+                        1);
+        }
+        favor__phi_backward(mp, Q, ldq, nr, b->cb.qf, w, b->dphi, w, DQ, x->dq->row_stride,
+                            b->sums);
+    }
+    favor__chunk_absorb(mp, b->S, NULL, b->z, c, mrun, rising, V, ldv, nr, dv, &b->cb);
+}
+
+/* Causal reverse pass over one chunk: dk, dv of keys kr.., from the stash of rows
+ * r0.. and the sums of the later rows. */
+static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *x,
+                                   const favor__shape *sh, size_t hk, favor__bwd *b,
+                                   const favor__stash *sto, float *lam, size_t kr, size_t r0,
+                                   size_t nr)
+{
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j, i0;
+    size_t ldk = x->k->row_stride, ldv = x->v->row_stride, lddv = x->dv->row_stride;
+    const float *K = x->k->data + hk * x->k->head_stride + kr * ldk;
+    const float *V = x->v->data + hk * x->v->head_stride + kr * ldv;
+    float *DV = x->dv->data + hk * x->dv->head_stride + kr * lddv;
+    float *DK = x->dk->data + hk * x->dk->head_stride + kr * x->dk->row_stride;
+    float lmin = INFINITY;
+    for (t = 0; t < grp; ++t) /* the rows' stash, before their dk/dv rows are written */
+        for (i = 0; i < nr; ++i) {
+            float *ri = b->rows + (t * C + i) * 3, l;
+            ri[0] = *favor__stash_at(sto, kr + i, 3 * t);
+            ri[1] = *favor__stash_at(sto, kr + i, 3 * t + 1);
+            ri[2] = *favor__stash_at(sto, kr + i, 3 * t + 2);
+            l = ri[0] != 0.0f ? ri[1] + logf(fabsf(ri[0])) : INFINITY;
+            ri[1] = l;
+            if (l < lmin) lmin = l;
+        }
+    if (lmin < *lam) { /* every weight exp(lam - l_i) stays <= 1 */
+        if (*lam < INFINITY) {
+            float e = favor__s_exp(lmin - *lam);
+            favor__scal(b->R, e, w * dv);
+            favor__scal(b->rz, e, w);
+        }
+        *lam = lmin;
+    }
+    favor__bwd_keys_own(mp, b, K, ldk, V, ldv, nr, dv);
+    favor__bwd_keys_from_sums(mp, b, DV, lddv, nr, dv);
+    for (t = 0; t < grp; ++t) {
+        size_t h = hk * grp + t, ldq = x->q->row_stride, ldg = x->g->row_stride;
+        const float *Q = x->q->data + h * x->q->head_stride + r0 * ldq;
+        const float *G = x->g->data + h * x->g->head_stride + r0 * ldg;
+        favor__phi_raw(mp, Q, ldq, nr, b->cb.qf, w, b->cb.rq);
+        favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
+        for (i = 0; i < nr; ++i) {
+            const float *ri = b->rows + (t * C + i) * 3;
+            float wi = ri[0] == 0.0f ? 0.0f : favor__s_exp(*lam - ri[1]);
+            if (ri[0] < 0.0f) wi = -wi;
+            memcpy(b->dnum + i * dv, G + i * ldg, dv * sizeof(float));
+            favor__scal(b->dnum + i * dv, wi, dv);
+            b->dden[i] = -ri[2] * wi;
+        }
+        /* a = qf kf^T (rows i, keys j <= i), then dV += a^T dnum */
+        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
+            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, kend = i0 + mr;
+            size_t ncol = (kend + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
+            if (ncol > nr) ncol = nr;
+            favor__gemm(mr, ncol, w, b->cb.qf + i0 * w, w, 1, b->cb.kt, C, b->cb.a + i0 * C, C,
+                        0);
+            for (i = i0; i < kend; ++i)
+                for (j = i + 1; j < nr; ++j) b->cb.a[i * C + j] = 0.0f;
+        }
+        /* b_ij = v'_j . dnum'_i (j <= i) */
+        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
+            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR;
+            size_t ncol = (i0 + mr + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
+            favor__gemm(mr, ncol < nr ? ncol : nr, dv, b->dnum + i0 * dv, dv, 1, b->vt, C,
+                        b->b + i0 * C, C, 0);
+        }
+        for (i = 0; i < nr; ++i) {
+            float *bi = b->b + i * C;
+            for (j = 0; j <= i; ++j) bi[j] += b->dden[i];
+            for (j = i + 1; j < nr; ++j) bi[j] = 0.0f;
+        }
+        /* key block [j0, j0+mr) is seen by rows i >= j0: dV += a^T dnum, dphi += b^T qf */
+        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
+            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, o = i0 * C + i0;
+            favor__gemm(mr, dv, nr - i0, b->cb.a + o, 1, C, b->dnum + i0 * dv, dv,
+                        DV + i0 * lddv, lddv, 1);
+            favor__gemm(mr, w, nr - i0, b->b + o, 1, C, b->cb.qf + i0 * w, w, b->dphi + i0 * w,
+                        w, 1);
+        }
+        favor__bwd_accumulate(mp, b, nr, dv);
+    }
+    favor__bwd_keys_finish(mp, b, *lam, K, ldk, DK, x->dk->row_stride, DV, lddv, nr, dv);
 }
 
 /* Causal backward of key/value head hk (see above). */
@@ -2668,8 +2898,8 @@ static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args
                                      const favor__shape *sh, size_t hk, favor__bwd *b)
 {
     size_t w = mp->width, dv = sh->dv, d = sh->d, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK;
-    size_t ldk = x->k->row_stride, ldv = x->v->row_stride, lddk = x->dk->row_stride;
-    size_t lddv = x->dv->row_stride, pre = 0, skip = 0, L, t, i, j, j0, t0, step;
+    size_t ldk = x->k->row_stride, ldv = x->v->row_stride, lddv = x->dv->row_stride;
+    size_t pre = 0, skip = 0, L, t, i, j0, t0, step;
     const float *K = x->k->data + hk * x->k->head_stride, *V = x->v->data + hk * x->v->head_stride;
     float *DK = x->dk->data + hk * x->dk->head_stride, *DV = x->dv->data + hk * x->dv->head_stride;
     float c = -INFINITY, lam = INFINITY;
@@ -2677,153 +2907,39 @@ static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args
     sto.dk = DK;
     sto.dv = DV;
     sto.ws = b->stash;
-    sto.lddk = lddk;
+    sto.lddk = x->dk->row_stride;
     sto.lddv = lddv;
     sto.d = d;
     sto.per = 3 * grp;
     if (sh->nk >= sh->n) pre = sh->nk - sh->n; /* keys every row sees */
     else skip = sh->n - sh->nk;                /* rows that see no key */
+    sto.pre = pre;
     L = sh->n - skip;
     step = favor__causal_step(mp, C);
-    memset(b->S, 0, (4 * w * dv + 2 * w) * sizeof(float));
+    memset(b->S, 0, (2 * w * dv + 2 * w) * sizeof(float)); /* S, z, R, rz */
     for (t = 0; t < grp; ++t) { /* rows that see nothing: zero gradient */
         size_t h = hk * grp + t;
         for (i = 0; i < skip; ++i)
             memset(x->dq->data + h * x->dq->head_stride + i * x->dq->row_stride, 0,
                    d * sizeof(float));
     }
-    for (j0 = 0; j0 < pre; j0 += C) { /* keys every row sees: absorbed as in the forward */
-        size_t nr = pre - j0 < C ? pre - j0 : C;
-        float mnew;
-        favor__phi_raw(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->cb.rk);
-        mnew = favor__s_max(favor__maxval(b->cb.rk, nr), c);
-        for (j = 0; j < nr; ++j) b->cb.mk[j] = mnew;
-        favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
-        favor__state_add(mp, b->S, b->ST, b->z, &c, mnew, b->cb.kf, V + j0 * ldv, ldv, nr, dv);
-    }
-    /* forward pass: dq */
-    for (t0 = 0; t0 < L; t0 += step) {
-        size_t nr = L - t0 < step ? L - t0 : step, kr = pre + t0;
-        float mrun;
-        int rising = favor__chunk_keys(mp, c, K + kr * ldk, ldk, nr, &b->cb, &mrun);
-        favor__transpose(nr, dv, V + kr * ldv, ldv, b->vt, C);
-        for (t = 0; t < grp; ++t) {
-            size_t h = hk * grp + t, r0 = skip + t0;
-            const float *Q = x->q->data + h * x->q->head_stride + r0 * x->q->row_stride;
-            const float *G = x->g->data + h * x->g->head_stride + r0 * x->g->row_stride;
-            float *DQ = x->dq->data + h * x->dq->head_stride + r0 * x->dq->row_stride;
-            size_t ldq = x->q->row_stride, ldg = x->g->row_stride;
-            favor__chunk_rows(mp, c, b->S, b->z, Q, ldq, V + kr * ldv, ldv, b->num, dv, nr, dv,
-                              rising, &b->cb);
-            favor__bwd_rowgrads(mp, b, G, ldg, nr, dv);
-            favor__gemm(nr, w, dv, b->dnum, dv, 1, b->ST, w, b->dphi, w, 0);
-            favor__gemm(nr, nr, dv, b->dnum, dv, 1, b->vt, C, b->b, C, 0);
-            for (i = 0; i < nr; ++i) {
-                float *bi = b->b + i * C, *si = favor__stash_at(&sto, kr + i, 3 * t);
-                float e = favor__s_exp(c - b->cb.mk[i]);
-                favor__axpy(b->dphi + i * w, b->dden[i], b->z, w);
-                favor__scal(b->dphi + i * w, e, w);
-                for (j = 0; j <= i; ++j) bi[j] += b->dden[i];
-                if (rising && i > 0) { /* b_ij *= exp(m_j - m_i) */
-                    favor__exp_add(b->cb.g, b->cb.mk, -b->cb.mk[i], i);
-                    favor__vmul(bi, b->cb.g, i);
-                }
-                for (j = i + 1; j < nr; ++j) bi[j] = 0.0f;
-                si[0] = b->den[i];
-                si = favor__stash_at(&sto, kr + i, 3 * t + 1);
-                si[0] = b->cb.mk[i];
-                si = favor__stash_at(&sto, kr + i, 3 * t + 2);
-                si[0] = b->og[i];
-            }
-            favor__gemm(nr, w, nr, b->b, C, 1, b->cb.kf, w, b->dphi, w, 1);
-            favor__phi_backward(mp, Q, ldq, nr, b->cb.qf, w, b->dphi, w, DQ,
-                                x->dq->row_stride, b->sums);
-        }
-        favor__chunk_absorb(mp, b->S, b->ST, b->z, &c, mrun, rising, V + kr * ldv, ldv, nr, dv,
-                            &b->cb);
-    }
-    /* reverse pass: dk, dv of the causal keys */
+    for (j0 = 0; j0 < pre; j0 += C) /* keys every row sees: absorbed as in the forward */
+        favor__bwd_absorb(mp, b, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
+                          pre - j0 < C ? pre - j0 : C, dv);
+    for (t0 = 0; t0 < L; t0 += step)
+        favor__bwd_causal_rows(mp, x, sh, hk, b, &sto, &c, pre + t0, skip + t0,
+                               L - t0 < step ? L - t0 : step);
     for (t0 = L ? (L - 1) / step * step + step : 0; t0 > 0;) {
-        size_t nr, kr;
-        float lmin = INFINITY;
         t0 -= step;
-        nr = L - t0 < step ? L - t0 : step;
-        kr = pre + t0;
-        for (t = 0; t < grp; ++t) /* the rows' stash, before dk/dv rows are written */
-            for (i = 0; i < nr; ++i) {
-                float *ri = b->rows + (t * C + i) * 3, den, l;
-                ri[0] = den = *favor__stash_at(&sto, kr + i, 3 * t);
-                ri[1] = *favor__stash_at(&sto, kr + i, 3 * t + 1);
-                ri[2] = *favor__stash_at(&sto, kr + i, 3 * t + 2);
-                l = den != 0.0f ? ri[1] + logf(fabsf(den)) : INFINITY;
-                ri[1] = l;
-                if (l < lmin) lmin = l;
-            }
-        if (lmin < lam) { /* every weight exp(lam - l_i) stays <= 1 */
-            if (lam < INFINITY) {
-                float e = favor__s_exp(lmin - lam);
-                favor__scal(b->R, e, 2 * w * dv + w); /* R, RT, rz */
-            }
-            lam = lmin;
-        }
-        favor__bwd_keys_own(mp, b, K + kr * ldk, ldk, nr);
-        favor__transpose(nr, dv, V + kr * ldv, ldv, b->vt, C);
-        favor__bwd_keys_from_sums(mp, b, V + kr * ldv, ldv, DV + kr * lddv, lddv, nr, dv);
-        for (t = 0; t < grp; ++t) {
-            size_t h = hk * grp + t, r0 = skip + t0, i0;
-            const float *Q = x->q->data + h * x->q->head_stride + r0 * x->q->row_stride;
-            const float *G = x->g->data + h * x->g->head_stride + r0 * x->g->row_stride;
-            size_t ldq = x->q->row_stride, ldg = x->g->row_stride;
-            favor__phi_raw(mp, Q, ldq, nr, b->cb.qf, w, b->cb.rq);
-            favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
-            for (i = 0; i < nr; ++i) {
-                const float *ri = b->rows + (t * C + i) * 3;
-                float wi = ri[0] == 0.0f ? 0.0f : favor__s_exp(lam - ri[1]);
-                if (ri[0] < 0.0f) wi = -wi;
-                memcpy(b->dnum + i * dv, G + i * ldg, dv * sizeof(float));
-                favor__scal(b->dnum + i * dv, wi, dv);
-                b->dden[i] = -ri[2] * wi;
-            }
-            /* a = qf kf^T (rows i, keys j <= i), then dV += a^T dnum */
-            for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
-                size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, kend = i0 + mr;
-                size_t ncol = (kend + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
-                if (ncol > nr) ncol = nr;
-                favor__gemm(mr, ncol, w, b->cb.qf + i0 * w, w, 1, b->cb.kt, C, b->cb.a + i0 * C,
-                            C, 0);
-                for (i = i0; i < kend; ++i)
-                    for (j = i + 1; j < nr; ++j) b->cb.a[i * C + j] = 0.0f;
-            }
-            favor__gemm(nr, dv, nr, b->cb.a, 1, C, b->dnum, dv, DV + kr * lddv, lddv, 1);
-            /* b_ij = v'_j . dnum'_i (j <= i), then dphi(k) += b^T qf */
-            favor__gemm(nr, nr, dv, b->dnum, dv, 1, b->vt, C, b->b, C, 0);
-            for (i = 0; i < nr; ++i) {
-                float *bi = b->b + i * C;
-                for (j = 0; j <= i; ++j) bi[j] += b->dden[i];
-                for (j = i + 1; j < nr; ++j) bi[j] = 0.0f;
-            }
-            favor__gemm(nr, w, nr, b->b, 1, C, b->cb.qf, w, b->dphi, w, 1);
-            favor__bwd_accumulate(mp, b, nr, dv);
-        }
-        for (j = 0; j < nr; ++j) { /* back to the true scale of key j: exp(r_j - lam) */
-            float e = lam < INFINITY ? favor__s_exp(b->cb.rk[j] - lam) : 0.0f;
-            favor__scal(DV + (kr + j) * lddv, e, dv);
-            favor__scal(b->dphi + j * w, e, w);
-        }
-        favor__phi_backward(mp, K + kr * ldk, ldk, nr, b->cb.kf, w, b->dphi, w,
-                            DK + kr * lddk, lddk, b->sums);
+        favor__bwd_causal_keys(mp, x, sh, hk, b, &sto, &lam, pre + t0, skip + t0,
+                               L - t0 < step ? L - t0 : step);
     }
     for (j0 = 0; j0 < pre; j0 += C) { /* keys every row sees: the final sums */
         size_t nr = pre - j0 < C ? pre - j0 : C;
-        favor__bwd_keys_own(mp, b, K + j0 * ldk, ldk, nr);
-        favor__bwd_keys_from_sums(mp, b, V + j0 * ldv, ldv, DV + j0 * lddv, lddv, nr, dv);
-        for (j = 0; j < nr; ++j) {
-            float e = lam < INFINITY ? favor__s_exp(b->cb.rk[j] - lam) : 0.0f;
-            favor__scal(DV + (j0 + j) * lddv, e, dv);
-            favor__scal(b->dphi + j * w, e, w);
-        }
-        favor__phi_backward(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->dphi, w,
-                            DK + j0 * lddk, lddk, b->sums);
+        favor__bwd_keys_own(mp, b, K + j0 * ldk, ldk, V + j0 * ldv, ldv, nr, dv);
+        favor__bwd_keys_from_sums(mp, b, DV + j0 * lddv, lddv, nr, dv);
+        favor__bwd_keys_finish(mp, b, lam, K + j0 * ldk, ldk, DK + j0 * x->dk->row_stride,
+                               x->dk->row_stride, DV + j0 * lddv, lddv, nr, dv);
     }
 }
 

@@ -12,7 +12,20 @@
  * as exp(-c_row) times the map, with c_row the largest exponent of the row, and
  * the ratio of ref_linear multiplies the key rows back by exp(c_row - C) with C
  * the largest c_row of the head. Both constants cancel exactly in the attention
- * ratio, so this is the same formula, not an approximation of it. */
+ * ratio, so this is the same formula, not an approximation of it.
+ *
+ * Backward (ref_linear_backward): the gradient of L with respect to a feature row
+ * is taken back to the input row x through the map. With x' = sqrt(s) x,
+ * u = W x', p = phi (.) dphi (elementwise) and, for the two-part maps,
+ * p = [p1, p2] and phi = [phi1, phi2]:
+ *     ELU1        dx_c = dphi_c (x_c > 0 ? 1 : exp(x_c))
+ *     POSITIVE    dx = sqrt(s) W^T p - s x sum_l p_l
+ *     HYPERBOLIC  dx = sqrt(s) W^T (p1 - p2) - s x sum_l (p1 + p2)_l
+ *     TRIG        dx = s x sum_l (p1 + p2)_l + sqrt(s) W^T (phi2 (.) dphi1 - phi1 (.) dphi2)
+ *     RELU        dx = sqrt(s) / sqrt(m) W^T (dphi (.) [u > 0])
+ * Every random-feature formula is a sum of products phi_l dphi_l: multiplying a
+ * row's phi by a constant divides its dphi by the same constant, so they hold
+ * for the stabilized rows as they are (ELU1 and RELU have no stabilizer). */
 #include "reference.h"
 
 #include <math.h>
@@ -50,6 +63,18 @@ static size_t ref_width(const favor_features *f)
     return 0;
 }
 
+/* u = W x' with x' = rs x: the m projections of one row */
+static void ref_project(const favor_features *f, const double *x, double rs, double *u)
+{
+    size_t d = f->dim, l, c;
+    for (l = 0; l < f->count; ++l) {
+        const float *w = f->w + l * d;
+        double s = 0;
+        for (c = 0; c < d; ++c) s += (double)w[c] * (rs * x[c]);
+        u[l] = s;
+    }
+}
+
 /* phi(x) * exp(-*logc) for one row x of f->dim doubles. u is m doubles of scratch. */
 static void ref_feature_row(const favor_features *f, const double *x, double scale,
                             double *phi, double *u, double *logc)
@@ -63,12 +88,7 @@ static void ref_feature_row(const favor_features *f, const double *x, double sca
         return;
     }
     for (c = 0; c < d; ++c) n2 += (rs * x[c]) * (rs * x[c]);
-    for (l = 0; l < m; ++l) {
-        const float *w = f->w + l * d;
-        double s = 0;
-        for (c = 0; c < d; ++c) s += (double)w[c] * (rs * x[c]);
-        u[l] = s;
-    }
+    ref_project(f, x, rs, u);
     switch (f->kernel) {
     case FAVOR_POSITIVE:
         mx = -HUGE_VAL;
@@ -117,6 +137,25 @@ void ref_features(const favor_features *f, const double *x, size_t rows, double 
     free(u);
 }
 
+/* p[j] = softmax_j(scale q_i . k_j) over the vis visible keys (vis >= 1) */
+static void ref_softmax_probs(const double *qi, const double *K, size_t vis, size_t d,
+                              double scale, double *p)
+{
+    size_t j, c;
+    double mx = -HUGE_VAL, den = 0;
+    for (j = 0; j < vis; ++j) {
+        double t = 0;
+        for (c = 0; c < d; ++c) t += qi[c] * K[j * d + c];
+        p[j] = scale * t;
+        if (p[j] > mx) mx = p[j];
+    }
+    for (j = 0; j < vis; ++j) {
+        p[j] = exp(p[j] - mx);
+        den += p[j];
+    }
+    for (j = 0; j < vis; ++j) p[j] /= den;
+}
+
 void ref_softmax(const double *q, const double *k, const double *v, double *out,
                  size_t hq, size_t hkv, size_t n, size_t nk, size_t d, size_t dv,
                  double scale, int causal)
@@ -130,21 +169,11 @@ void ref_softmax(const double *q, const double *k, const double *v, double *out,
             const double *qi = q + (h * n + i) * d;
             double *o = out + (h * n + i) * dv;
             size_t vis = ref_visible(i, n, nk, causal);
-            double mx = -HUGE_VAL, den = 0;
             for (c = 0; c < dv; ++c) o[c] = 0;
             if (vis == 0) continue;
-            for (j = 0; j < vis; ++j) {
-                double t = 0;
-                for (c = 0; c < d; ++c) t += qi[c] * K[j * d + c];
-                s[j] = scale * t;
-                if (s[j] > mx) mx = s[j];
-            }
-            for (j = 0; j < vis; ++j) {
-                double p = exp(s[j] - mx);
-                den += p;
-                for (c = 0; c < dv; ++c) o[c] += p * V[j * dv + c];
-            }
-            for (c = 0; c < dv; ++c) o[c] /= den;
+            ref_softmax_probs(qi, K, vis, d, scale, s);
+            for (j = 0; j < vis; ++j)
+                for (c = 0; c < dv; ++c) o[c] += s[j] * V[j * dv + c];
         }
     }
     free(s);
@@ -196,5 +225,205 @@ void ref_linear(const favor_features *f, const double *q, const double *k,
     free(pq);
     free(pk);
     free(lc);
+    free(u);
+}
+
+void ref_softmax_lse(const double *q, const double *k, double *lse, size_t hq, size_t hkv,
+                     size_t n, size_t nk, size_t d, double scale, int causal)
+{
+    size_t group = hq / hkv, h, i, j, c;
+    double *s = (double *)ref_alloc(nk, sizeof *s);
+    if (scale == 0) scale = 1.0 / sqrt((double)d);
+    for (h = 0; h < hq; ++h) {
+        const double *K = k + (h / group) * nk * d;
+        for (i = 0; i < n; ++i) {
+            const double *qi = q + (h * n + i) * d;
+            size_t vis = ref_visible(i, n, nk, causal);
+            double mx = -HUGE_VAL, sum = 0;
+            for (j = 0; j < vis; ++j) {
+                double t = 0;
+                for (c = 0; c < d; ++c) t += qi[c] * K[j * d + c];
+                s[j] = scale * t;
+                if (s[j] > mx) mx = s[j];
+            }
+            for (j = 0; j < vis; ++j) sum += exp(s[j] - mx);
+            lse[h * n + i] = vis ? mx + log(sum) : -HUGE_VAL;
+        }
+    }
+    free(s);
+}
+
+void ref_softmax_backward(const double *q, const double *k, const double *v,
+                          const double *dout, double *dq, double *dk, double *dv,
+                          size_t hq, size_t hkv, size_t n, size_t nk, size_t d,
+                          size_t dv_cols, double scale, int causal)
+{
+    size_t group = hq / hkv, h, i, j, c;
+    double *p = (double *)ref_alloc(nk, sizeof *p);
+    double *o = (double *)ref_alloc(dv_cols, sizeof *o);
+    if (scale == 0) scale = 1.0 / sqrt((double)d);
+    for (i = 0; i < hkv * nk * d; ++i) dk[i] = 0;
+    for (i = 0; i < hkv * nk * dv_cols; ++i) dv[i] = 0;
+    for (h = 0; h < hq; ++h) {
+        const double *K = k + (h / group) * nk * d, *V = v + (h / group) * nk * dv_cols;
+        double *dK = dk + (h / group) * nk * d, *dV = dv + (h / group) * nk * dv_cols;
+        for (i = 0; i < n; ++i) {
+            const double *qi = q + (h * n + i) * d, *gi = dout + (h * n + i) * dv_cols;
+            double *dqi = dq + (h * n + i) * d;
+            size_t vis = ref_visible(i, n, nk, causal);
+            double D = 0;
+            for (c = 0; c < d; ++c) dqi[c] = 0;
+            if (vis == 0) continue;
+            ref_softmax_probs(qi, K, vis, d, scale, p);
+            for (c = 0; c < dv_cols; ++c) o[c] = 0;
+            for (j = 0; j < vis; ++j)
+                for (c = 0; c < dv_cols; ++c) o[c] += p[j] * V[j * dv_cols + c];
+            for (c = 0; c < dv_cols; ++c) D += gi[c] * o[c];
+            for (j = 0; j < vis; ++j) {
+                double dp = 0, ds;
+                for (c = 0; c < dv_cols; ++c) dp += gi[c] * V[j * dv_cols + c];
+                ds = p[j] * (dp - D);
+                for (c = 0; c < d; ++c) {
+                    dqi[c] += scale * ds * K[j * d + c];
+                    dK[j * d + c] += scale * ds * qi[c];
+                }
+                for (c = 0; c < dv_cols; ++c) dV[j * dv_cols + c] += p[j] * gi[c];
+            }
+        }
+    }
+    free(p);
+    free(o);
+}
+
+/* dx (f->dim doubles) = d/dx of sum_l dphi_l phi_l(x) with dphi held constant, for
+ * one row x whose features are phi (times any positive constant, as
+ * ref_feature_row gives them) and dphi (times the reciprocal constant); see the
+ * table at the top. u is f->count doubles of scratch. */
+static void ref_feature_grad(const favor_features *f, const double *x, double scale,
+                             const double *phi, const double *dphi, double *u, double *dx)
+{
+    size_t d = f->dim, m = f->count, l, c;
+    double rs = sqrt(scale), sp = 0, xs = 0, wf = rs;
+
+    if (f->kernel == FAVOR_ELU1) {
+        for (c = 0; c < d; ++c) dx[c] = dphi[c] * (x[c] > 0 ? 1.0 : exp(x[c]));
+        return;
+    }
+    ref_project(f, x, rs, u);
+    /* u[l] becomes r_l, the coefficient of W_l in dx = wf W^T r + xs s x */
+    switch (f->kernel) {
+    case FAVOR_POSITIVE:
+        for (l = 0; l < m; ++l) {
+            double p = phi[l] * dphi[l];
+            sp += p;
+            u[l] = p;
+        }
+        xs = -sp;
+        break;
+    case FAVOR_HYPERBOLIC:
+        for (l = 0; l < m; ++l) {
+            double p1 = phi[l] * dphi[l], p2 = phi[m + l] * dphi[m + l];
+            sp += p1 + p2;
+            u[l] = p1 - p2;
+        }
+        xs = -sp;
+        break;
+    case FAVOR_TRIG:
+        for (l = 0; l < m; ++l) {
+            sp += phi[l] * dphi[l] + phi[m + l] * dphi[m + l];
+            u[l] = phi[m + l] * dphi[l] - phi[l] * dphi[m + l];
+        }
+        xs = sp;
+        break;
+    case FAVOR_RELU:
+        for (l = 0; l < m; ++l) u[l] = u[l] > 0 ? dphi[l] : 0.0;
+        wf = rs / sqrt((double)m);
+        break;
+    case FAVOR_ELU1:
+        break;
+    }
+    for (c = 0; c < d; ++c) dx[c] = xs * scale * x[c];
+    for (l = 0; l < m; ++l) {
+        const float *w = f->w + l * d;
+        double r = wf * u[l];
+        for (c = 0; c < d; ++c) dx[c] += r * (double)w[c];
+    }
+}
+
+void ref_linear_backward(const favor_features *f, const double *q, const double *k,
+                         const double *v, const double *dout, double *dq, double *dk,
+                         double *dv, size_t hq, size_t hkv, size_t n, size_t nk,
+                         size_t dv_cols, double scale, int causal)
+{
+    size_t group = hq / hkv, d = f->dim, width = ref_width(f), g, h, i, j, c, l;
+    double *pq = (double *)ref_alloc(width, sizeof *pq);
+    double *dpq = (double *)ref_alloc(width, sizeof *dpq);
+    double *pk = (double *)ref_alloc(nk * width, sizeof *pk);
+    double *dpk = (double *)ref_alloc(nk * width, sizeof *dpk);
+    double *lc = (double *)ref_alloc(nk, sizeof *lc);
+    double *a = (double *)ref_alloc(nk, sizeof *a);
+    double *o = (double *)ref_alloc(dv_cols, sizeof *o);
+    double *u = (double *)ref_alloc(f->count ? f->count : 1, sizeof *u);
+    if (scale == 0) scale = f->scale;
+
+    for (i = 0; i < hkv * nk * dv_cols; ++i) dv[i] = 0;
+    for (g = 0; g < hkv; ++g) {
+        const double *V = v + g * nk * dv_cols;
+        double *dV = dv + g * nk * dv_cols;
+        /* keys as in ref_linear: phi(k_j) exp(-C) */
+        double C = -HUGE_VAL;
+        for (j = 0; j < nk; ++j) {
+            ref_feature_row(f, k + (g * nk + j) * d, scale, pk + j * width, u, &lc[j]);
+            if (lc[j] > C) C = lc[j];
+        }
+        for (j = 0; j < nk; ++j) {
+            double e = exp(lc[j] - C);
+            for (l = 0; l < width; ++l) pk[j * width + l] *= e;
+        }
+        for (l = 0; l < nk * width; ++l) dpk[l] = 0;
+        for (h = g * group; h < (g + 1) * group; ++h) {
+            for (i = 0; i < n; ++i) {
+                const double *qi = q + (h * n + i) * d, *gi = dout + (h * n + i) * dv_cols;
+                double *dqi = dq + (h * n + i) * d;
+                double logc, den = 0, go = 0;
+                size_t vis = ref_visible(i, n, nk, causal);
+                for (c = 0; c < d; ++c) dqi[c] = 0;
+                if (vis == 0) continue;
+                ref_feature_row(f, qi, scale, pq, u, &logc);
+                for (c = 0; c < dv_cols; ++c) o[c] = 0;
+                for (j = 0; j < vis; ++j) {
+                    double t = 0;
+                    for (l = 0; l < width; ++l) t += pq[l] * pk[j * width + l];
+                    a[j] = t;
+                    den += t;
+                    for (c = 0; c < dv_cols; ++c) o[c] += t * V[j * dv_cols + c];
+                }
+                if (den == 0) continue;
+                for (c = 0; c < dv_cols; ++c) go += gi[c] * (o[c] / den);
+                for (l = 0; l < width; ++l) dpq[l] = 0;
+                for (j = 0; j < vis; ++j) {
+                    double gv = 0, e;
+                    for (c = 0; c < dv_cols; ++c) gv += gi[c] * V[j * dv_cols + c];
+                    e = (gv - go) / den;
+                    for (l = 0; l < width; ++l) {
+                        dpq[l] += e * pk[j * width + l];
+                        dpk[j * width + l] += e * pq[l];
+                    }
+                    for (c = 0; c < dv_cols; ++c) dV[j * dv_cols + c] += a[j] / den * gi[c];
+                }
+                ref_feature_grad(f, qi, scale, pq, dpq, u, dqi);
+            }
+        }
+        for (j = 0; j < nk; ++j)
+            ref_feature_grad(f, k + (g * nk + j) * d, scale, pk + j * width, dpk + j * width, u,
+                             dk + (g * nk + j) * d);
+    }
+    free(pq);
+    free(dpq);
+    free(pk);
+    free(dpk);
+    free(lc);
+    free(a);
+    free(o);
     free(u);
 }

@@ -29,4 +29,32 @@ void ref_linear(const favor_features *f, const double *q, const double *k,
                 const double *v, double *out, size_t hq, size_t hkv, size_t n,
                 size_t nk, size_t dv, double scale, int causal);
 
+/* The log-sum-exp of each row's scaled scores, lse[h*n + i] = log sum_j
+ * exp(s q_i.k_j) over the keys row i sees (-inf when it sees none). Shapes,
+ * scale and causal rule as ref_softmax; lse is hq x n. */
+void ref_softmax_lse(const double *q, const double *k, double *lse, size_t hq, size_t hkv,
+                     size_t n, size_t nk, size_t d, double scale, int causal);
+
+/* Gradients of ref_softmax for L = sum dout . out (dout: hq x n x dv): with
+ * P = softmax(s q k^T, masked), O = P V, dP = dout V^T, D_i = dout_i . O_i,
+ * dS = P (dP - D): dq = s dS K (hq x n x d), dk = s dS^T q (hkv x nk x d),
+ * dv = P^T dout (hkv x nk x dv); a key/value head's dk and dv are summed over its
+ * query heads. A row that sees no key contributes nothing (and has dq = 0). */
+void ref_softmax_backward(const double *q, const double *k, const double *v,
+                          const double *dout, double *dq, double *dk, double *dv,
+                          size_t hq, size_t hkv, size_t n, size_t nk, size_t d,
+                          size_t dv_cols, double scale, int causal);
+
+/* Gradients of ref_linear for L = sum dout . out, W constant. With
+ * a_ij = phi(q_i).phi(k_j) over the visible keys, den_i = sum_j a_ij and
+ * o_i = sum_j a_ij v_j / den_i: dL/da_ij = (g_i.v_j - g_i.o_i) / den_i (g = dout),
+ * dphi(q_i) = sum_j dL/da_ij phi(k_j), dphi(k_j) = sum_i dL/da_ij phi(q_i),
+ * dv_j = sum_i a_ij g_i / den_i, and the feature gradients are taken back through
+ * the map (reference.c lists the formulas). Shapes, scale and causal rule as
+ * ref_linear; a zero-denominator row contributes nothing (and has dq = 0). */
+void ref_linear_backward(const favor_features *f, const double *q, const double *k,
+                         const double *v, const double *dout, double *dq, double *dk,
+                         double *dv, size_t hq, size_t hkv, size_t n, size_t nk,
+                         size_t dv_cols, double scale, int causal);
+
 #endif
