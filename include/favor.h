@@ -76,6 +76,9 @@
  *     FAVOR+ and the other random
  *     feature maps, same W         max |error| <= 1e-4 * max|O_ref|
  *     causal: block, extend and step forms agree within 1e-5 relative.
+ *     backward passes (dq, dk, dv), every method, causal or not: max |error| <=
+ *     1e-4 * max|gradient| against a float64 analytic backward, <= 1e-3 against
+ *     central finite differences of the float64 forward.
  *     backends: AVX2 and NEON agree with the scalar build within 5e-7 * max|V|
  *     (softmax, elu+1) and 5e-6 * max|O| (random features); W is bit-identical.
  *     exp (all backends, one algorithm): <= 1 ULP from libm expf over its normal
@@ -86,9 +89,17 @@
  * FAVOR+ itself is an estimate of softmax attention whose mean squared error falls
  * as 1/m (tests/test_features.c measures it).
  *
+ * GRADIENTS. favor_softmax_attention_backward and favor_linear_attention_backward
+ * give dL/dq, dL/dk, dL/dv from dL/dout for the same call (W is a constant), in
+ * the forward's memory class: softmax recomputes its scores tile by tile from the
+ * per-row log-sum-exp (favor_options.lse, written by the forward on request);
+ * causal linear attention runs a forward pass of prefix sums and a reverse pass
+ * of suffix sums ("Transformers are RNNs" 3.3.1), O(width d_v) state per head.
+ *
  * THREADS. Compiled with OpenMP (-fopenmp), softmax attention splits query blocks
- * and linear attention/extend split key/value heads over favor_options.threads
- * threads (0: OpenMP's default); results are bit-identical for any thread count.
+ * and linear attention/extend and the backward passes split key/value heads over
+ * favor_options.threads threads (0: OpenMP's default); results are bit-identical
+ * for any thread count.
  *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
  * needs (independent of the sequence length; a slice per thread; any alignment). Pass a buffer that large in
@@ -103,6 +114,7 @@
  * VERSION HISTORY
  *     0.1  forward passes: softmax, elu+1, FAVOR+ and friends; recurrent state;
  *          scalar, AVX2+FMA and NEON backends.
+ *     0.2  backward passes; favor_options.lse; faster causal linear attention.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -936,6 +948,22 @@ static void favor__transpose(size_t R, size_t Cn, const float *src, size_t lds, 
             favor__v_transpose(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
     for (r = 0; r < R; ++r)
         for (c = r < Rv ? Cv : 0; c < Cn; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+/* Ask for `rows` rows of `cols` floats (stride ld) to be brought into cache: the
+ * next chunk's inputs, fetched while this chunk computes. A hint only. */
+static void favor__prefetch(const float *p, size_t rows, size_t ld, size_t cols)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    size_t r, c;
+    for (r = 0; r < rows; ++r)
+        for (c = 0; c < cols; c += 64 / sizeof(float)) __builtin_prefetch(p + r * ld + c, 0, 3);
+#else
+    (void)p;
+    (void)rows;
+    (void)ld;
+    (void)cols;
+#endif
 }
 
 /* 4.5 PRNG and sampling ------------------------------------------------------
@@ -2086,8 +2114,15 @@ static void favor__lin_causal_run(const favor__map *mp, float *S, float *z, floa
 {
     size_t t0, step = favor__causal_step(mp, cb->cap);
     for (t0 = 0; t0 < L; t0 += step) {
-        size_t nr = L - t0 < step ? L - t0 : step;
+        size_t t, nr = L - t0 < step ? L - t0 : step;
         favor__qgroup g = qg;
+        if (t0 + nr < L) { /* the next chunk's rows */
+            size_t nn = L - t0 - nr < step ? L - t0 - nr : step;
+            favor__prefetch(K + (t0 + nr) * ldk, nn, ldk, mp->d);
+            favor__prefetch(V + (t0 + nr) * ldv, nn, ldv, dv);
+            for (t = 0; t < qg.count; ++t)
+                favor__prefetch(qg.Q + t * qg.qhs + (t0 + nr) * qg.ldq, nn, qg.ldq, mp->d);
+        }
         g.Q = qg.Q + t0 * qg.ldq;
         g.O = qg.O + t0 * qg.ldo;
         favor__lin_causal_chunk(mp, S, z, c, K + t0 * ldk, ldk, V + t0 * ldv, ldv, nr, dv, &g,
@@ -2174,6 +2209,11 @@ static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
     }
     for (j0 = 0; j0 < pre; j0 += FAVOR__CHUNK) {
         size_t nr = pre - j0 < FAVOR__CHUNK ? pre - j0 : FAVOR__CHUNK;
+        if (j0 + nr < pre) {
+            size_t nn = pre - j0 - nr < FAVOR__CHUNK ? pre - j0 - nr : FAVOR__CHUNK;
+            favor__prefetch(K + (j0 + nr) * k->row_stride, nn, k->row_stride, sh->d);
+            favor__prefetch(V + (j0 + nr) * v->row_stride, nn, v->row_stride, dv);
+        }
         favor__lin_absorb(mp, S, z, &c, K + j0 * k->row_stride, k->row_stride,
                           V + j0 * v->row_stride, v->row_stride, nr, dv, &cb);
     }
@@ -2181,6 +2221,10 @@ static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
         for (t = 0; t < grp; ++t)
             for (i = 0; i < sh->n; i += FAVOR__CHUNK) {
                 size_t nr = sh->n - i < FAVOR__CHUNK ? sh->n - i : FAVOR__CHUNK;
+                if (i + nr < sh->n)
+                    favor__prefetch(qg.Q + t * qg.qhs + (i + nr) * qg.ldq,
+                                    sh->n - i - nr < FAVOR__CHUNK ? sh->n - i - nr : FAVOR__CHUNK,
+                                    qg.ldq, sh->d);
                 favor__lin_output(mp, S, z, qg.Q + t * qg.qhs + i * qg.ldq, qg.ldq,
                                   qg.O + t * qg.ohs + i * qg.ldo, qg.ldo, nr, dv, &cb);
             }
