@@ -167,7 +167,7 @@ typedef enum {
     FAVOR_E_NULL,      /* a required pointer is NULL                          */
     FAVOR_E_SHAPE,     /* zero size, stride below the row, mismatched shapes  */
     FAVOR_E_OVERFLOW,  /* a size or offset does not fit in size_t / address   */
-    FAVOR_E_ALIAS,     /* an output overlaps an input                         */
+    FAVOR_E_ALIAS,     /* an output overlaps an input or another output      */
     FAVOR_E_WORKSPACE, /* workspace too small (or none under FAVOR_NO_MALLOC) */
     FAVOR_E_NOMEM,     /* FAVOR_MALLOC returned NULL                          */
     FAVOR_E_ARG        /* unknown kernel, flag, role, or bad scale/threads    */
@@ -1561,7 +1561,7 @@ FAVOR_API const char *favor_status_string(favor_status s)
     case FAVOR_E_NULL: return "FAVOR_E_NULL: a required pointer is NULL";
     case FAVOR_E_SHAPE: return "FAVOR_E_SHAPE: a size is zero, a stride is below the row, or shapes do not match";
     case FAVOR_E_OVERFLOW: return "FAVOR_E_OVERFLOW: a size or offset overflows";
-    case FAVOR_E_ALIAS: return "FAVOR_E_ALIAS: an output overlaps an input";
+    case FAVOR_E_ALIAS: return "FAVOR_E_ALIAS: an output overlaps an input or another output";
     case FAVOR_E_WORKSPACE: return "FAVOR_E_WORKSPACE: workspace too small or missing";
     case FAVOR_E_NOMEM: return "FAVOR_E_NOMEM: allocation failed";
     case FAVOR_E_ARG: return "FAVOR_E_ARG: unknown kernel, flag or role, or a bad scale or thread count";
