@@ -938,6 +938,41 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
     }
 }
 
+/* The causal products inside a chunk, where row i needs columns (or terms)
+ * j <= i only, by row blocks of MR:
+ * favor__gemm_lower: C (M x M) = A B (A row-major, M x K), each row block computed
+ * up to its last column rounded up to whole vectors, and every C_ij with j > i
+ * set to 0. favor__gemm_tri: C (M x N) += L B with L = A (M x M) lower triangular,
+ * or (upper) L = A upper triangular, e.g. the transpose of a lower one read with
+ * lda = 1: a row block multiplies only the rows of B its nonzero terms reach. */
+static void favor__gemm_lower(size_t M, size_t K, const float *A, size_t lda, const float *B,
+                              size_t ldb, float *C, size_t ldc)
+{
+    size_t i0, i, j;
+    for (i0 = 0; i0 < M; i0 += FAVOR__MR) {
+        size_t mr = M - i0 < FAVOR__MR ? M - i0 : FAVOR__MR;
+        size_t ncol = (i0 + mr + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
+        favor__gemm(mr, ncol < M ? ncol : M, K, A + i0 * lda, lda, 1, B, ldb, C + i0 * ldc, ldc,
+                    0);
+        for (i = i0; i < i0 + mr; ++i)
+            for (j = i + 1; j < M; ++j) C[i * ldc + j] = 0.0f;
+    }
+}
+
+static void favor__gemm_tri(size_t M, size_t N, int upper, const float *A, size_t lda,
+                            size_t csa, const float *B, size_t ldb, float *C, size_t ldc)
+{
+    size_t i0;
+    for (i0 = 0; i0 < M; i0 += FAVOR__MR) {
+        size_t mr = M - i0 < FAVOR__MR ? M - i0 : FAVOR__MR;
+        if (upper)
+            favor__gemm(mr, N, M - i0, A + i0 * lda + i0 * csa, lda, csa, B + i0 * ldb, ldb,
+                        C + i0 * ldc, ldc, 1);
+        else
+            favor__gemm(mr, N, i0 + mr, A + i0 * lda, lda, csa, B, ldb, C + i0 * ldc, ldc, 1);
+    }
+}
+
 /* dst[c][r] = src[r][c] for an R x Cn block: whole W x W blocks with the
  * backend's block transpose, the edges element by element. */
 static void favor__transpose(size_t R, size_t Cn, const float *src, size_t lds, float *dst, size_t ldd)
@@ -1934,22 +1969,18 @@ static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
 }
 
 /* S, z (scaled by exp(-*c)) += the chunk whose features kf (nr x width) are
- * stabilized at mnew; c becomes mnew. ST (d_v x width), when not NULL, is S's
- * transpose, kept alongside for the backward pass. */
-static void favor__state_add(const favor__map *mp, float *S, float *ST, float *z, float *c,
-                             float mnew, const float *kf, const float *V, size_t ldv, size_t nr,
-                             size_t dv)
+ * stabilized at mnew; c becomes mnew. */
+static void favor__state_add(const favor__map *mp, float *S, float *z, float *c, float mnew,
+                             const float *kf, const float *V, size_t ldv, size_t nr, size_t dv)
 {
     size_t j, w = mp->width;
     if (*c != mnew) {
         float e = favor__s_exp(*c - mnew);
         favor__scal(S, e, w * dv);
-        if (ST) favor__scal(ST, e, w * dv);
         favor__scal(z, e, w);
         *c = mnew;
     }
     favor__gemm(w, dv, nr, kf, 1, w, V, ldv, S, dv, 1); /* S += kf^T V, kf read in place */
-    if (ST) favor__gemm(dv, w, nr, V, 1, ldv, kf, w, ST, w, 1); /* ST += V^T kf */
     for (j = 0; j < nr; ++j) favor__vadd(z, kf + j * w, w);
 }
 
@@ -1964,7 +1995,7 @@ static void favor__lin_absorb(const favor__map *mp, float *S, float *z, float *c
     mnew = favor__s_max(favor__maxval(cb->rk, nr), *c);
     for (j = 0; j < nr; ++j) cb->mk[j] = mnew;
     favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
-    favor__state_add(mp, S, NULL, z, c, mnew, cb->kf, V, ldv, nr, dv);
+    favor__state_add(mp, S, z, c, mnew, cb->kf, V, ldv, nr, dv);
 }
 
 /* The denominator a row is divided by under the rules of the manual (TRIG:
@@ -2024,29 +2055,22 @@ static int favor__chunk_keys(const favor__map *mp, float c, const float *K, size
 /* The scores of a causal chunk for one query head, after favor__chunk_keys: qf,
  * a_ij = phi(q_i).phi(k_j) exp(m_j - m_i) for j <= i (0 after) and the
  * denominators e_i phi(q_i).z + sum_j a_ij in cb->rq (e_i = exp(c - m_i)). The
- * products are triangular: a row block [i0, i0+mr) needs keys [0, i0+mr) only,
- * so each block's scores stop there (rounded up to whole vectors). */
+ * products are triangular (favor__gemm_lower). */
 static void favor__chunk_scores(const favor__map *mp, float c, const float *z, const float *Q,
                                 size_t ldq, size_t nr, int rising, favor__chunk *cb)
 {
-    size_t i, j, i0, w = mp->width, C = cb->cap;
+    size_t i, w = mp->width, C = cb->cap;
     favor__phi_raw(mp, Q, ldq, nr, cb->qf, w, cb->rq);
     favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
-    for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
-        size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, kend = i0 + mr;
-        size_t ncol = (kend + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
-        if (ncol > nr) ncol = nr;
-        favor__gemm(mr, ncol, w, cb->qf + i0 * w, w, 1, cb->kt, C, cb->a + i0 * C, C, 0);
-        for (i = i0; i < kend; ++i) {
-            float *ai = cb->a + i * C;
-            if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
-                favor__exp_add(cb->g, cb->mk, -cb->mk[i], i);
-                favor__vmul(ai, cb->g, i);
-            }
-            for (j = i + 1; j < nr; ++j) ai[j] = 0.0f; /* future keys */
-            cb->rq[i] = favor__s_exp(c - cb->mk[i]) * favor__dot(cb->qf + i * w, z, w) +
-                        favor__sum(ai, i + 1);
+    favor__gemm_lower(nr, w, cb->qf, w, cb->kt, C, cb->a, C); /* future keys: 0 */
+    for (i = 0; i < nr; ++i) {
+        float *ai = cb->a + i * C;
+        if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
+            favor__exp_add(cb->g, cb->mk, -cb->mk[i], i);
+            favor__vmul(ai, cb->g, i);
         }
+        cb->rq[i] = favor__s_exp(c - cb->mk[i]) * favor__dot(cb->qf + i * w, z, w) +
+                    favor__sum(ai, i + 1);
     }
 }
 
@@ -2057,19 +2081,16 @@ static void favor__chunk_rows(const favor__map *mp, float c, const float *S, con
                               const float *Q, size_t ldq, const float *V, size_t ldv, float *O,
                               size_t ldo, size_t nr, size_t dv, int rising, favor__chunk *cb)
 {
-    size_t i, i0, w = mp->width, C = cb->cap;
+    size_t i, w = mp->width;
     favor__chunk_scores(mp, c, z, Q, ldq, nr, rising, cb);
     favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, ldo, 0);
     for (i = 0; i < nr; ++i) favor__scal(O + i * ldo, favor__s_exp(c - cb->mk[i]), dv);
-    for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
-        size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR;
-        favor__gemm(mr, dv, i0 + mr, cb->a + i0 * C, C, 1, V, ldv, O + i0 * ldo, ldo, 1);
-    }
+    favor__gemm_tri(nr, dv, 0, cb->a, cb->cap, 1, V, ldv, O, ldo);
 }
 
 /* Absorb a causal chunk after its rows: every key brought to the chunk's final
- * maximum mrun, then added to S (and ST), z. */
-static void favor__chunk_absorb(const favor__map *mp, float *S, float *ST, float *z, float *c,
+ * maximum mrun, then added to S, z. */
+static void favor__chunk_absorb(const favor__map *mp, float *S, float *z, float *c,
                                 float mrun, int rising, const float *V, size_t ldv, size_t nr,
                                 size_t dv, favor__chunk *cb)
 {
@@ -2078,7 +2099,7 @@ static void favor__chunk_absorb(const favor__map *mp, float *S, float *ST, float
         favor__exp_add(cb->g, cb->mk, -mrun, nr);
         for (j = 0; j + 1 < nr; ++j) favor__scal(cb->kf + j * w, cb->g[j], w);
     }
-    favor__state_add(mp, S, ST, z, c, mrun, cb->kf, V, ldv, nr, dv);
+    favor__state_add(mp, S, z, c, mrun, cb->kf, V, ldv, nr, dv);
 }
 
 /* causal chunk: nr (<= C) aligned query rows and keys, then absorb the keys */
@@ -2096,7 +2117,7 @@ static void favor__lin_causal_chunk(const favor__map *mp, float *S, float *z, fl
                           dv, rising, cb);
         for (i = 0; i < nr; ++i) favor__divide(mp, O + i * qg->ldo, cb->rq[i], dv);
     }
-    favor__chunk_absorb(mp, S, NULL, z, c, mrun, rising, V, ldv, nr, dv, cb);
+    favor__chunk_absorb(mp, S, z, c, mrun, rising, V, ldv, nr, dv, cb);
 }
 
 /* The chunk length of the causal passes: the intra-chunk work per token is
@@ -2717,19 +2738,6 @@ typedef struct {
     const favor_tensor *q, *k, *v, *g, *dq, *dk, *dv;
 } favor__bwd_args;
 
-/* absorb keys [0, nr) as one block of the forward (stabilizer: their maximum) */
-static void favor__bwd_absorb(const favor__map *mp, favor__bwd *b, float *c, const float *K,
-                              size_t ldk, const float *V, size_t ldv, size_t nr, size_t dv)
-{
-    size_t j, w = mp->width;
-    float mnew;
-    favor__phi_raw(mp, K, ldk, nr, b->cb.kf, w, b->cb.rk);
-    mnew = favor__s_max(favor__maxval(b->cb.rk, nr), *c);
-    for (j = 0; j < nr; ++j) b->cb.mk[j] = mnew;
-    favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
-    favor__state_add(mp, b->S, NULL, b->z, c, mnew, b->cb.kf, V, ldv, nr, dv);
-}
-
 /* Non-causal backward of key/value head hk. */
 static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *x,
                                    const favor__shape *sh, size_t hk, favor__bwd *b)
@@ -2740,8 +2748,8 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
     float c = -INFINITY;
     memset(b->S, 0, (2 * w * dv + 2 * w) * sizeof(float)); /* S, z, R, rz */
     for (j0 = 0; j0 < sh->nk; j0 += C)
-        favor__bwd_absorb(mp, b, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
-                          sh->nk - j0 < C ? sh->nk - j0 : C, dv);
+        favor__lin_absorb(mp, b->S, b->z, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
+                          sh->nk - j0 < C ? sh->nk - j0 : C, dv, &b->cb);
     for (t = 0; t < grp; ++t) {
         size_t h = hk * grp + t;
         const float *Q = x->q->data + h * x->q->head_stride;
@@ -2796,7 +2804,7 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
                                    const favor__stash *sto, float *c, size_t kr, size_t r0,
                                    size_t nr)
 {
-    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j, i0;
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
     const float *K = x->k->data + hk * x->k->head_stride + kr * ldk;
     const float *V = x->v->data + hk * x->v->head_stride + kr * ldv;
@@ -2811,12 +2819,7 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
         favor__chunk_scores(mp, *c, b->z, Q, ldq, nr, rising, &b->cb);
         favor__transpose(nr, dv, G, ldg, b->gt, C);
         favor__bwd_state_times(mp, b, b->S, b->gt, nr, dv, b->dphi); /* u_i = S g_i */
-        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) { /* g_i . v_j, j <= i (whole vectors) */
-            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR;
-            size_t ncol = (i0 + mr + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
-            favor__gemm(mr, ncol < nr ? ncol : nr, dv, G + i0 * ldg, ldg, 1, b->vt, C,
-                        b->b + i0 * C, C, 0);
-        }
+        favor__gemm_lower(nr, dv, G, ldg, b->vt, C, b->b, C); /* g_i . v_j, j <= i */
         for (i = 0; i < nr; ++i) {
             float *u = b->dphi + i * w, *bi = b->b + i * C, *ai = b->cb.a + i * C;
             float den = favor__den_eff(mp, b->cb.rq[i]), e, og, dden;
@@ -2841,17 +2844,12 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
                 favor__exp_add(b->cb.g, b->cb.mk, -b->cb.mk[i], i);
                 favor__vmul(bi, b->cb.g, i);
             }
-            for (j = i + 1; j < nr; ++j) bi[j] = 0.0f;
         }
-        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) { /* dphi += b kf, keys j <= i */
-            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR;
-            favor__gemm(mr, w, i0 + mr, b->b + i0 * C, C, 1, b->cb.kf, w, b->dphi + i0 * w, w,
-                        1);
-        }
+        favor__gemm_tri(nr, w, 0, b->b, C, 1, b->cb.kf, w, b->dphi, w); /* += b kf */
         favor__phi_backward(mp, Q, ldq, nr, b->cb.qf, w, b->dphi, w, DQ, x->dq->row_stride,
                             b->sums);
     }
-    favor__chunk_absorb(mp, b->S, NULL, b->z, c, mrun, rising, V, ldv, nr, dv, &b->cb);
+    favor__chunk_absorb(mp, b->S, b->z, c, mrun, rising, V, ldv, nr, dv, &b->cb);
 }
 
 /* Causal reverse pass over one chunk: dk, dv of keys kr.., from the stash of rows
@@ -2861,7 +2859,7 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
                                    const favor__stash *sto, float *lam, size_t kr, size_t r0,
                                    size_t nr)
 {
-    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j, i0;
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride, lddv = x->dv->row_stride;
     const float *K = x->k->data + hk * x->k->head_stride + kr * ldk;
     const float *V = x->v->data + hk * x->v->head_stride + kr * ldv;
@@ -2902,36 +2900,14 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
             favor__scal(b->dnum + i * dv, wi, dv);
             b->dden[i] = -ri[2] * wi;
         }
-        /* a = qf kf^T (rows i, keys j <= i), then dV += a^T dnum */
-        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
-            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, kend = i0 + mr;
-            size_t ncol = (kend + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
-            if (ncol > nr) ncol = nr;
-            favor__gemm(mr, ncol, w, b->cb.qf + i0 * w, w, 1, b->cb.kt, C, b->cb.a + i0 * C, C,
-                        0);
-            for (i = i0; i < kend; ++i)
-                for (j = i + 1; j < nr; ++j) b->cb.a[i * C + j] = 0.0f;
-        }
-        /* b_ij = v'_j . dnum'_i (j <= i) */
-        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
-            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR;
-            size_t ncol = (i0 + mr + FAVOR__W - 1) / FAVOR__W * FAVOR__W;
-            favor__gemm(mr, ncol < nr ? ncol : nr, dv, b->dnum + i0 * dv, dv, 1, b->vt, C,
-                        b->b + i0 * C, C, 0);
-        }
-        for (i = 0; i < nr; ++i) {
-            float *bi = b->b + i * C;
-            for (j = 0; j <= i; ++j) bi[j] += b->dden[i];
-            for (j = i + 1; j < nr; ++j) bi[j] = 0.0f;
-        }
-        /* key block [j0, j0+mr) is seen by rows i >= j0: dV += a^T dnum, dphi += b^T qf */
-        for (i0 = 0; i0 < nr; i0 += FAVOR__MR) {
-            size_t mr = nr - i0 < FAVOR__MR ? nr - i0 : FAVOR__MR, o = i0 * C + i0;
-            favor__gemm(mr, dv, nr - i0, b->cb.a + o, 1, C, b->dnum + i0 * dv, dv,
-                        DV + i0 * lddv, lddv, 1);
-            favor__gemm(mr, w, nr - i0, b->b + o, 1, C, b->cb.qf + i0 * w, w, b->dphi + i0 * w,
-                        w, 1);
-        }
+        /* a = qf kf^T and b_ij = v'_j . dnum'_i (rows i, keys j <= i); key j is
+         * seen by rows i >= j: dV += a^T dnum, dphi += b^T qf */
+        favor__gemm_lower(nr, w, b->cb.qf, w, b->cb.kt, C, b->cb.a, C);
+        favor__gemm_lower(nr, dv, b->dnum, dv, b->vt, C, b->b, C);
+        for (i = 0; i < nr; ++i)
+            for (j = 0; j <= i; ++j) b->b[i * C + j] += b->dden[i];
+        favor__gemm_tri(nr, dv, 1, b->cb.a, 1, C, b->dnum, dv, DV, lddv);
+        favor__gemm_tri(nr, w, 1, b->b, 1, C, b->cb.qf, w, b->dphi, w);
         favor__bwd_accumulate(mp, b, nr, dv);
     }
     favor__bwd_keys_finish(mp, b, *lam, K, ldk, DK, x->dk->row_stride, DV, lddv, nr, dv);
@@ -2968,8 +2944,8 @@ static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args
                    d * sizeof(float));
     }
     for (j0 = 0; j0 < pre; j0 += C) /* keys every row sees: absorbed as in the forward */
-        favor__bwd_absorb(mp, b, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
-                          pre - j0 < C ? pre - j0 : C, dv);
+        favor__lin_absorb(mp, b->S, b->z, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
+                          pre - j0 < C ? pre - j0 : C, dv, &b->cb);
     for (t0 = 0; t0 < L; t0 += step)
         favor__bwd_causal_rows(mp, x, sh, hk, b, &sto, &c, pre + t0, skip + t0,
                                L - t0 < step ? L - t0 : step);
