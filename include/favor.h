@@ -42,6 +42,11 @@
  * Q is n x d, K is n_k x d, V is n_k x d_v, O is n x d_v. K and V may have fewer
  * heads than Q when Q's head count is a multiple of theirs (grouped-query
  * attention: query head h uses key/value head h / (heads_q / heads_kv)).
+ * Inputs may overlap each other; an output may share no element with an input or
+ * another output, but may share a buffer: the column blocks of one [n][q|k|v|out]
+ * buffer are fine. Outputs are accepted when their bytes are disjoint from the
+ * others' by span, or by residue modulo a common row or head stride; a layout
+ * this cannot prove disjoint is refused (FAVOR_E_ALIAS).
  *
  * CAUSAL (FAVOR_CAUSAL): query row i sees keys j <= i + (n_k - n), bottom-right
  * aligned, so one query row against n_k cached keys is the decoding case. A query
@@ -1302,14 +1307,19 @@ static int favor__add_ok(size_t a, size_t b, size_t *out)
     return 1;
 }
 
+/* The bytes a tensor (or a plain buffer) occupies, for the alias checks: the
+ * span [lo, hi), and its two-level layout: blocks `per` bytes apart (0: one
+ * block), each `in_len` bytes long, made of rows `in_stride` bytes apart (0:
+ * one row) of `row` bytes each. A plain buffer is one block of one row. */
 typedef struct {
-    uintptr_t lo, hi; /* byte range [lo, hi) */
+    uintptr_t lo, hi;
+    uintptr_t per, in_len, in_stride, row;
 } favor__range;
 
 /* A tensor is valid when its data is non-NULL, every size is non-zero, its rows
  * do not overlap each other (the smaller stride covers a row, the larger covers
  * all rows of the smaller) and its byte span fits in size_t and the address
- * space. The span is returned for the alias checks. */
+ * space. Its layout is returned for the alias checks. */
 static favor_status favor__check_tensor(const favor_tensor *t, favor__range *rg)
 {
     size_t sa, na, sb, nb, span, tmp, bytes;
@@ -1334,16 +1344,49 @@ static favor_status favor__check_tensor(const favor_tensor *t, favor__range *rg)
     if ((uintptr_t)t->data > UINTPTR_MAX - bytes) return FAVOR_E_OVERFLOW;
     rg->lo = (uintptr_t)t->data;
     rg->hi = rg->lo + bytes;
+    rg->row = t->cols * sizeof(float);
+    rg->in_stride = na > 1 ? sa * sizeof(float) : 0;
+    rg->in_len = (na - 1) * sa * sizeof(float) + rg->row; /* <= bytes: no overflow */
+    rg->per = nb > 1 ? sb * sizeof(float) : 0;
     return FAVOR_OK;
 }
 
-static int favor__overlap(favor__range a, favor__range b) { return a.lo < b.hi && b.lo < a.hi; }
+/* The residues modulo p of every byte of r lie in [*at, *at + *len) on the
+ * circle of p: when p divides the block stride, a block lies in one window (one
+ * row wide when p divides the row stride too). 0 when that window is all of p. */
+static int favor__window(favor__range r, uintptr_t p, uintptr_t *at, uintptr_t *len)
+{
+    if (r.per % p) return 0;
+    *len = r.in_stride && r.in_stride % p == 0 ? r.row : r.in_len;
+    if (*len >= p) return 0;
+    *at = r.lo % p;
+    return 1;
+}
+
+/* 1 when a and b may share a byte. Disjoint spans never do; interleaved
+ * layouts, such as the column blocks of one [n][q|k|v|out] buffer, do not when
+ * some common period puts them in disjoint windows. Otherwise assume they do. */
+static int favor__overlap(favor__range a, favor__range b)
+{
+    uintptr_t per[4], wa, la, wb, lb;
+    int i;
+    if (!(a.lo < b.hi && b.lo < a.hi)) return 0;
+    per[0] = a.per; per[1] = b.per; per[2] = a.in_stride; per[3] = b.in_stride;
+    for (i = 0; i < 4; ++i) {
+        uintptr_t p = per[i];
+        if (!p || !favor__window(a, p, &wa, &la) || !favor__window(b, p, &wb, &lb)) continue;
+        if ((wb + p - wa) % p >= la && (wa + p - wb) % p >= lb) return 0; /* disjoint */
+    }
+    return 1;
+}
 
 static favor__range favor__range_of(const void *p, size_t bytes)
 {
     favor__range r;
     r.lo = (uintptr_t)p;
     r.hi = r.lo + bytes;
+    r.per = r.in_stride = 0;
+    r.in_len = r.row = bytes;
     return r;
 }
 
