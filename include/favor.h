@@ -178,7 +178,8 @@ typedef enum {
     FAVOR_E_ARG        /* unknown kernel, flag, role, or bad scale/threads    */
 } favor_status;
 
-/* A static English name for a status ("FAVOR_E_SHAPE: ..."); never NULL. */
+/* A static English name for a status ("FAVOR_E_SHAPE: ..."), also for values
+ * outside the enum; never NULL. O(1), no memory, cannot fail. */
 FAVOR_API const char *favor_status_string(favor_status status);
 
 /* Backends, for FAVOR_SIMD (see the configuration macros). */
@@ -186,7 +187,7 @@ FAVOR_API const char *favor_status_string(favor_status status);
 #define FAVOR_AVX2 1
 #define FAVOR_NEON 2
 
-/* The backend compiled in: "avx2", "neon" or "scalar". */
+/* The backend compiled in: "avx2", "neon" or "scalar" (a static string). O(1). */
 FAVOR_API const char *favor_backend(void);
 
 /* A strided fp32 view [heads][rows][cols]; see TENSORS above. */
@@ -196,7 +197,8 @@ typedef struct {
     size_t head_stride, row_stride; /* in floats */
 } favor_tensor;
 
-/* A packed view: head_stride = rows*cols, row_stride = cols. */
+/* A packed view: head_stride = rows*cols, row_stride = cols. O(1), no checks
+ * (the calls that take the view validate it). */
 FAVOR_API favor_tensor favor_tensor_packed(float *data, size_t heads, size_t rows,
                                            size_t cols);
 
@@ -220,6 +222,8 @@ typedef struct {
                               (which otherwise recomputes it). Linear ignores it */
 } favor_options;
 
+/* No flags, scale 0 (the default), threads 0 (OpenMP's default), no workspace
+ * (the call allocates), no lse. O(1). */
 FAVOR_API favor_options favor_default_options(void);
 
 /* Feature maps (see FEATURE MAPS above). */
@@ -270,10 +274,14 @@ FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kerne
                                            size_t dim, size_t count, unsigned flags,
                                            unsigned long long seed, float *storage);
 
-/* Redraw W in place from a new seed (same kernel, sizes, flags). O(m d^2). */
+/* Redraw W in place from a new seed (same kernel, sizes, flags, storage).
+ * O(m d^2) time in double, no memory beyond the storage. Errors: FAVOR_E_NULL,
+ * FAVOR_E_SHAPE or FAVOR_E_ARG for an f that init did not fill; for ELU1 only the
+ * seed changes. */
 FAVOR_API favor_status favor_features_redraw(favor_features *f, unsigned long long seed);
 
-/* Width of phi(x): d (ELU1), m (POSITIVE, RELU) or 2m (HYPERBOLIC, TRIG). */
+/* Width of phi(x): d (ELU1), m (POSITIVE, RELU) or 2m (HYPERBOLIC, TRIG); 0 for
+ * a NULL or invalid f. O(1). */
 FAVOR_API size_t favor_features_width(const favor_features *f);
 
 /* phi = phi(x) for every row of x ([heads][rows][d] -> [heads][rows][width]),
@@ -287,10 +295,15 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
  * Time O(heads n n_k d), memory O(tile): the workspace does not depend on n.
  * Errors: FAVOR_E_NULL, FAVOR_E_SHAPE, FAVOR_E_OVERFLOW, FAVOR_E_ALIAS (out
  * overlaps q, k or v), FAVOR_E_WORKSPACE, FAVOR_E_NOMEM, FAVOR_E_ARG (flags,
- * scale < 0 or not finite, threads < 0). */
+ * scale < 0 or not finite, threads < 0). With opts->lse it also writes each
+ * row's log-sum-exp (heads_q x n floats, overlapping nothing). */
 FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favor_tensor *k,
                                                const favor_tensor *v, const favor_tensor *out,
                                                const favor_options *opts);
+/* Bytes of opts->workspace favor_softmax_attention needs for these shapes and
+ * opts->threads: a few tiles per thread, independent of n and n_k; 0 when the
+ * arguments are invalid (the call itself says why). O(1). Each _workspace query
+ * below is the same for its own call. */
 FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q,
                                                    const favor_tensor *k,
                                                    const favor_tensor *v,
@@ -368,8 +381,9 @@ typedef struct {
     float *scratch;      /* 3*width + 5: used by favor_linear_step  */
 } favor_state;
 
-/* Floats of storage a state needs: heads*(width*(dv+1) + 1) + 3*width + 5.
- * Returns 0 for arguments favor_state_init would reject. */
+/* Floats of storage a state needs: heads*(width*(dv+1) + 1) + 3*width + 5,
+ * constant in the number of tokens. Returns 0 for arguments favor_state_init
+ * would reject. O(1). */
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv);
 
 /* Bind a state to storage (favor_state_floats() floats) and reset it. Errors:
@@ -377,15 +391,21 @@ FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_
 FAVOR_API favor_status favor_state_init(favor_state *st, const favor_features *f,
                                         size_t heads, size_t dv, float *storage);
 
-/* Forget every absorbed token. */
+/* Forget every absorbed token: O(heads width d_v), no memory; a NULL or unbound
+ * state is left alone. */
 FAVOR_API void favor_state_reset(favor_state *st);
 
 /* Causal linear attention of a block of n new tokens after the tokens already in
  * st: row i sees the state and new keys 0..i. q, k, v have n rows each (k, v with
  * st->heads heads, q a multiple of it); st absorbs the block. Same results as one
  * favor_linear_attention call over the whole sequence (within 1e-5 relative).
- * Time O(heads n width (d + d_v + C)), no memory beyond the workspace. On error
- * neither out nor st changes. */
+ * Time O(heads n width (d + d_v + C)), no memory beyond the workspace (O(width
+ * (d_v + C)) per thread, independent of n and of the tokens already absorbed).
+ * Errors as favor_linear_attention, plus FAVOR_E_NULL for a state without
+ * storage, FAVOR_E_SHAPE when st was made for another map, head count or d_v or
+ * q and k differ in rows, FAVOR_E_ALIAS when out or the workspace overlaps st's
+ * storage. opts->flags may be 0 or FAVOR_CAUSAL (it is causal either way). On
+ * error neither out nor st changes. */
 FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state *st,
                                            const favor_tensor *q, const favor_tensor *k,
                                            const favor_tensor *v, const favor_tensor *out,
@@ -2404,7 +2424,6 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
     return FAVOR_OK;
 }
 
-/* the causal recurrence over all heads of st, with chunk buffers cb */
 /* the causal recurrence of key/value head g of st (and its query heads), with
  * chunk buffers cb */
 static void favor__extend_head(const favor__map *mp, favor_state *st, const favor_tensor *q,
@@ -2430,10 +2449,10 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const fa
                                                const favor_tensor *v,
                                                const favor_options *opts)
 {
+    size_t slice;
     (void)q;
     (void)k;
     (void)v;
-    size_t slice;
     if (!st || favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK)
         return 0;
     return favor__ws_bytes(

@@ -1,0 +1,871 @@
+/* favor-npy: run favor.h's attention on NumPy .npy files.
+ *
+ *     favor-npy [options] Q.npy K.npy V.npy OUT.npy
+ *
+ * Reads Q, K and V (float32 or float64, little-endian, C order; .npy format
+ * 1.0, 2.0 or 3.0), computes attention with favor.h in float32 and writes OUT
+ * as float32 (or float64 with --out-dtype f8), shaped as Q with d_v as its last
+ * dimension. Shapes are [n, d], [heads, n, d] or [batch, heads, n, d] (batch and
+ * heads become favor's heads); K is [.., n_k, d] and V [.., n_k, d_v], with the
+ * same rank and batch as Q and a head count that divides Q's (grouped-query
+ * attention). --help lists the options. Each run prints one line of timing:
+ *
+ *     $ favor-npy --causal --repeat 5 q.npy k.npy v.npy out.npy
+ *     favor-npy: favor/positive m=256 causal heads=8 kv_heads=8 n=1024 n_k=1024
+ *     d=64 dv=64 avx2: 3.210 ms (median of 5)                    (on one line)
+ *
+ * --projection W.npy gives the [m, d] random projection of the feature map
+ * instead of drawing it from --seed, so results can be compared with another
+ * implementation fed the same W (tests/interop/check_torch.py does this).
+ *
+ * Errors (an unreadable, malformed or unsupported file, mismatched shapes, an
+ * output that cannot be written) print one line "favor-npy: error: ..." to
+ * stderr and exit with status 1 (2 for a bad command line). OUT is written to a
+ * temporary file in its directory and renamed over OUT only when complete, so a
+ * failed run leaves no partial output and never replaces an existing file (an
+ * OUT that exists and is not a regular file, such as /dev/null or a pipe, is
+ * written to directly; a symbolic link is followed).
+ *
+ * Built by CMake as build/favor_npy and installed as bin/favor-npy. */
+#define _XOPEN_SOURCE 700 /* POSIX.1-2008 with realpath() */
+#define _FILE_OFFSET_BITS 64 /* files over 2 GiB on 32-bit hosts */
+
+#define FAVOR_IMPLEMENTATION
+#include "favor.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROG "favor-npy"
+#define MAX_RANK 32                      /* numpy's own limit on dimensions   */
+#define MAX_HEADER ((size_t)1 << 20)     /* longest .npy header we accept     */
+#define IO_CHUNK ((size_t)1 << 16)       /* bytes converted per read or write */
+
+/* ------------------------------------------------------------------------
+ * Errors and the temporary output file. die() prints one line and exits; the
+ * atexit handler (and a handler for the usual terminating signals) removes
+ * the temporary file, so no exit path leaves one behind.
+ * ---------------------------------------------------------------------- */
+static char *tmp_path;                  /* the temporary output, while it exists */
+static volatile sig_atomic_t tmp_live;
+
+static void remove_tmp(void)
+{
+    if (tmp_live) {
+        tmp_live = 0;
+        unlink(tmp_path);
+    }
+}
+
+static void on_signal(int sig)
+{
+    if (tmp_live) unlink(tmp_path); /* async-signal-safe */
+    raise(sig);                     /* SA_RESETHAND: the default action now */
+}
+
+static void die(int status, const char *fmt, ...)
+{
+    char msg[1024];
+    size_t i;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (i = 0; msg[i]; ++i) /* one line, whatever a file name holds */
+        if ((unsigned char)msg[i] < 0x20) msg[i] = '?';
+    fflush(stdout);
+    fprintf(stderr, PROG ": error: %s\n", msg);
+    exit(status);
+}
+
+#define usage_error(...) die(2, __VA_ARGS__)
+#define data_error(...) die(1, __VA_ARGS__)
+
+/* ------------------------------------------------------------------------
+ * Little-endian encoding, independent of the host's byte order.
+ * ---------------------------------------------------------------------- */
+static uint64_t get_le(const unsigned char *b, int bytes)
+{
+    uint64_t u = 0;
+    while (bytes--) u = (u << 8) | b[bytes];
+    return u;
+}
+
+static void put_le(unsigned char *b, uint64_t u, int bytes)
+{
+    int i;
+    for (i = 0; i < bytes; ++i, u >>= 8) b[i] = (unsigned char)(u & 0xff);
+}
+
+static int host_is_little_endian(void)
+{
+    const uint32_t one = 1;
+    unsigned char b[4];
+    memcpy(b, &one, 4);
+    return b[0] == 1;
+}
+
+static int mul_ok(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------
+ * Reading .npy files. The format: the magic "\x93NUMPY", a version byte pair,
+ * the header length (2 bytes little-endian in 1.0, 4 in 2.0 and 3.0), then a
+ * Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+ * padded with spaces and a newline, then the data.
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    const char *path;
+    int rank;
+    size_t shape[MAX_RANK];
+    size_t count; /* elements */
+    int itemsize; /* 4 or 8 */
+    float *data;  /* count floats */
+} npy_array;
+
+typedef struct {
+    const char *path, *p, *end;
+} hdr_cursor;
+
+static void skip_ws(hdr_cursor *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        ++c->p;
+}
+
+static void expect(hdr_cursor *c, char ch)
+{
+    skip_ws(c);
+    if (c->p >= c->end || *c->p != ch)
+        data_error("%s: malformed .npy header: expected '%c'", c->path, ch);
+    ++c->p;
+}
+
+/* a quoted string without escapes, into out (cap bytes) */
+static void parse_string(hdr_cursor *c, char *out, size_t cap)
+{
+    char q;
+    size_t n = 0;
+    skip_ws(c);
+    if (c->p >= c->end || (*c->p != '\'' && *c->p != '"'))
+        data_error("%s: malformed .npy header: expected a string", c->path);
+    q = *c->p++;
+    while (c->p < c->end && *c->p != q) {
+        if (*c->p == '\\' || n + 1 >= cap)
+            data_error("%s: malformed .npy header: unexpected string", c->path);
+        out[n++] = *c->p++;
+    }
+    if (c->p >= c->end) data_error("%s: malformed .npy header: unterminated string", c->path);
+    ++c->p;
+    out[n] = '\0';
+}
+
+static int parse_bool(hdr_cursor *c)
+{
+    skip_ws(c);
+    if (c->end - c->p >= 4 && !memcmp(c->p, "True", 4)) {
+        c->p += 4;
+        return 1;
+    }
+    if (c->end - c->p >= 5 && !memcmp(c->p, "False", 5)) {
+        c->p += 5;
+        return 0;
+    }
+    data_error("%s: malformed .npy header: fortran_order is not True or False", c->path);
+    return 0;
+}
+
+static void parse_shape(hdr_cursor *c, npy_array *a)
+{
+    expect(c, '(');
+    a->rank = 0;
+    for (;;) {
+        size_t v = 0;
+        skip_ws(c);
+        if (c->p < c->end && *c->p == ')') break;
+        if (c->p >= c->end || *c->p < '0' || *c->p > '9')
+            data_error("%s: malformed .npy header: bad shape", c->path);
+        while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+            unsigned digit = (unsigned)(*c->p++ - '0');
+            if (v > (SIZE_MAX - digit) / 10)
+                data_error("%s: a dimension of the shape does not fit in memory", c->path);
+            v = v * 10 + digit;
+        }
+        if (c->p < c->end && *c->p == 'L') ++c->p; /* Python 2 long */
+        if (a->rank == MAX_RANK)
+            data_error("%s: malformed .npy header: more than %d dimensions", c->path, MAX_RANK);
+        a->shape[a->rank++] = v;
+        skip_ws(c);
+        if (c->p < c->end && *c->p == ',') {
+            ++c->p;
+            continue;
+        }
+        if (c->p < c->end && *c->p == ')') break;
+        data_error("%s: malformed .npy header: bad shape", c->path);
+    }
+    ++c->p;
+}
+
+static void shape_string(char *buf, size_t cap, const size_t *shape, int rank)
+{
+    size_t n = 0;
+    int i;
+    n += (size_t)snprintf(buf, cap, "(");
+    for (i = 0; i < rank && n < cap; ++i)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%zu", i ? ", " : "", shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, rank == 1 ? ",)" : ")");
+}
+
+/* Parse the header dict into a's rank, shape and itemsize. */
+static void parse_header(const char *path, const char *h, size_t len, npy_array *a)
+{
+    hdr_cursor c;
+    char key[32], descr[64];
+    int seen_descr = 0, seen_fortran = 0, seen_shape = 0, fortran = 0;
+    c.path = path;
+    c.p = h;
+    c.end = h + len;
+    expect(&c, '{');
+    for (;;) {
+        skip_ws(&c);
+        if (c.p < c.end && *c.p == '}') break;
+        parse_string(&c, key, sizeof key);
+        expect(&c, ':');
+        if (!strcmp(key, "descr") && !seen_descr) {
+            skip_ws(&c);
+            if (c.p < c.end && *c.p == '[')
+                data_error("%s: structured dtypes are not supported (float32 or float64 only)",
+                           path);
+            parse_string(&c, descr, sizeof descr);
+            seen_descr = 1;
+        } else if (!strcmp(key, "fortran_order") && !seen_fortran) {
+            fortran = parse_bool(&c);
+            seen_fortran = 1;
+        } else if (!strcmp(key, "shape") && !seen_shape) {
+            parse_shape(&c, a);
+            seen_shape = 1;
+        } else {
+            data_error("%s: malformed .npy header: unexpected key '%s'", path, key);
+        }
+        skip_ws(&c);
+        if (c.p < c.end && *c.p == ',') {
+            ++c.p;
+            continue;
+        }
+        if (c.p < c.end && *c.p == '}') break;
+        data_error("%s: malformed .npy header: expected ',' or '}'", path);
+    }
+    ++c.p;
+    skip_ws(&c);
+    if (c.p != c.end) data_error("%s: malformed .npy header: text after the dict", path);
+    if (!seen_descr || !seen_fortran || !seen_shape)
+        data_error("%s: malformed .npy header: it needs 'descr', 'fortran_order' and 'shape'",
+                   path);
+    if (fortran)
+        data_error("%s: Fortran-order arrays are not supported (save np.ascontiguousarray(a))",
+                   path);
+    /* '<' little-endian; '=' native and '|' not applicable mean the same here
+     * only on a little-endian host */
+    if ((descr[0] == '<' || ((descr[0] == '=' || descr[0] == '|') && host_is_little_endian())) &&
+        descr[1] == 'f' && (descr[2] == '4' || descr[2] == '8') && descr[3] == '\0') {
+        a->itemsize = descr[2] - '0';
+    } else if (descr[0] == '>' && descr[1] == 'f' && (descr[2] == '4' || descr[2] == '8') &&
+               descr[3] == '\0') {
+        data_error("%s: big-endian data ('%s') is not supported: save it as '<f%c'", path, descr,
+                   descr[2]);
+    } else {
+        data_error("%s: dtype '%s' is not supported: float32 or float64, little-endian ('<f4', "
+                   "'<f8')",
+                   path, descr);
+    }
+}
+
+/* Read bytes or die: "truncated" when the file ends first. */
+static void read_exact(FILE *fp, const char *path, void *buf, size_t n, const char *what)
+{
+    if (fread(buf, 1, n, fp) != n) {
+        if (ferror(fp)) data_error("%s: read error: %s", path, strerror(errno));
+        data_error("%s: truncated .npy file (it ends inside the %s)", path, what);
+    }
+}
+
+static void read_npy(const char *path, npy_array *a)
+{
+    unsigned char pre[12], *buf;
+    char *header;
+    size_t hlen, prefix, bytes, done, i;
+    int i_dim, version;
+    struct stat sb;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) data_error("%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fileno(fp), &sb) != 0) data_error("%s: cannot stat: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) data_error("%s: is a directory", path);
+    a->path = path;
+
+    if (fread(pre, 1, 8, fp) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        if (ferror(fp)) data_error("%s: read error: %s", path, strerror(errno));
+        data_error("%s: not a .npy file (no \\x93NUMPY magic)", path);
+    }
+    version = pre[6];
+    if ((version < 1 || version > 3) || pre[7] != 0)
+        data_error("%s: unsupported .npy format version %d.%d", path, pre[6], pre[7]);
+    prefix = version == 1 ? 10 : 12;
+    read_exact(fp, path, pre + 8, prefix - 8, "header length");
+    hlen = (size_t)get_le(pre + 8, (int)(prefix - 8));
+    if (hlen > MAX_HEADER)
+        data_error("%s: .npy header of %zu bytes is too long (limit %zu)", path, hlen, MAX_HEADER);
+    if (S_ISREG(sb.st_mode) && (uintmax_t)sb.st_size < prefix + hlen)
+        data_error("%s: truncated .npy file (header of %zu bytes, file of %jd)", path, hlen,
+                   (intmax_t)sb.st_size);
+    header = malloc(hlen + 1);
+    if (!header) data_error("%s: out of memory", path);
+    read_exact(fp, path, header, hlen, "header");
+    header[hlen] = '\0';
+    if (memchr(header, '\0', hlen)) data_error("%s: malformed .npy header: a NUL byte", path);
+    parse_header(path, header, hlen, a);
+    free(header);
+
+    a->count = 1;
+    for (i_dim = 0; i_dim < a->rank; ++i_dim)
+        if (a->shape[i_dim] == 0) {
+            char s[256];
+            shape_string(s, sizeof s, a->shape, a->rank);
+            data_error("%s: empty array, shape %s", path, s);
+        }
+    for (i_dim = 0; i_dim < a->rank; ++i_dim)
+        if (!mul_ok(a->count, a->shape[i_dim], &a->count))
+            data_error("%s: the declared shape overflows size_t", path);
+    if (!mul_ok(a->count, (size_t)a->itemsize, &bytes))
+        data_error("%s: the declared data size overflows size_t", path);
+    /* compare with the file before allocating anything that large */
+    if (S_ISREG(sb.st_mode)) {
+        uintmax_t have = (uintmax_t)sb.st_size - prefix - hlen;
+        if (have < bytes)
+            data_error("%s: truncated .npy file: the header declares %zu bytes of data, the file "
+                       "holds %ju",
+                       path, bytes, have);
+        if (have > bytes)
+            data_error("%s: %ju unexpected bytes after the %zu bytes of data", path,
+                       have - (uintmax_t)bytes, bytes);
+    }
+    a->data = malloc(a->count * sizeof(float));
+    buf = malloc(IO_CHUNK);
+    if (!a->data || !buf) data_error("%s: out of memory (%zu elements)", path, a->count);
+    for (done = 0; done < bytes;) {
+        size_t n = bytes - done < IO_CHUNK ? bytes - done : IO_CHUNK, first = done / a->itemsize;
+        read_exact(fp, path, buf, n, "data");
+        for (i = 0; i < n / a->itemsize; ++i) {
+            if (a->itemsize == 4) {
+                uint32_t u = (uint32_t)get_le(buf + 4 * i, 4);
+                float x;
+                memcpy(&x, &u, 4);
+                a->data[first + i] = x;
+            } else {
+                uint64_t u = get_le(buf + 8 * i, 8);
+                double x;
+                memcpy(&x, &u, 8);
+                if (x > FLT_MAX || x < -FLT_MAX) /* inf passes as inf, NaN as NaN */
+                    if (x - x == 0.0)
+                        data_error("%s: element %zu (%g) is outside the range of float32",
+                                   path, first + i, x);
+                a->data[first + i] = (float)x;
+            }
+        }
+        done += n;
+    }
+    if (fgetc(fp) != EOF) /* a pipe or other non-regular file: checked only now */
+        data_error("%s: unexpected bytes after the %zu bytes of data", path, bytes);
+    free(buf);
+    fclose(fp);
+}
+
+/* ------------------------------------------------------------------------
+ * Writing OUT: to a temporary file next to it, opened before the computation
+ * (so an unwritable OUT fails early) and renamed over OUT when complete. A
+ * symbolic link is followed: the file it names is replaced, the link kept. An
+ * existing OUT that is not a regular file (/dev/null, a FIFO, /dev/stdout on a
+ * pipe) is written directly: there is nothing to replace atomically, and a
+ * rename would replace the device node itself.
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    const char *path; /* as given, for messages                      */
+    char *target;     /* the file renamed over: path, links resolved  */
+    FILE *fp;
+    int direct;
+} output;
+
+static void open_output(output *o, const char *path, mode_t umask_bits)
+{
+    struct stat sb, lsb;
+    int fd;
+    o->path = path;
+    o->target = NULL;
+    o->direct = 0;
+    if (stat(path, &sb) == 0) { /* exists (through any links) */
+        if (S_ISDIR(sb.st_mode)) data_error("%s: is a directory", path);
+        o->direct = !S_ISREG(sb.st_mode);
+        if (!o->direct && lstat(path, &lsb) == 0 && S_ISLNK(lsb.st_mode)) {
+            o->target = realpath(path, NULL);
+            if (!o->target) data_error("%s: cannot resolve the link: %s", path, strerror(errno));
+        }
+    } else if (lstat(path, &lsb) == 0 && S_ISLNK(lsb.st_mode)) {
+        data_error("%s: a symbolic link to a file that does not exist", path);
+    }
+    if (o->direct) {
+        o->fp = fopen(path, "wb");
+        if (!o->fp) data_error("%s: cannot write: %s", path, strerror(errno));
+        return;
+    }
+    if (!o->target) o->target = strdup(path);
+    if (o->target) tmp_path = malloc(strlen(o->target) + sizeof ".tmp.XXXXXX");
+    if (!o->target || !tmp_path) data_error("out of memory");
+    strcpy(tmp_path, o->target);
+    strcat(tmp_path, ".tmp.XXXXXX");
+    fd = mkstemp(tmp_path);
+    if (fd < 0) data_error("%s: cannot write: %s", path, strerror(errno));
+    tmp_live = 1;
+    /* mkstemp makes the file 0600; give it the mode a plain open would */
+    if (fchmod(fd, 0666 & ~umask_bits) != 0)
+        data_error("%s: cannot set the mode of %s: %s", path, tmp_path, strerror(errno));
+    o->fp = fdopen(fd, "wb");
+    if (!o->fp) data_error("%s: cannot write: %s", path, strerror(errno));
+}
+
+static void write_all(const output *o, const void *p, size_t n)
+{
+    if (fwrite(p, 1, n, o->fp) != n) data_error("%s: write error: %s", o->path, strerror(errno));
+}
+
+/* The .npy file: header 1.0, the dict padded with spaces and a newline so the
+ * data starts at a multiple of 64 bytes; then the data, little-endian. */
+static void write_npy(const output *o, const float *data, const size_t *shape, int rank,
+                      int itemsize)
+{
+    char dict[512], shp[400];
+    unsigned char pre[10], *buf;
+    size_t len, total, count = 1, i, done;
+    int r;
+
+    shape_string(shp, sizeof shp, shape, rank);
+    len = (size_t)snprintf(dict, sizeof dict,
+                           "{'descr': '<f%d', 'fortran_order': False, 'shape': %s, }", itemsize,
+                           shp);
+    total = (10 + len + 1 + 63) / 64 * 64;
+    while (10 + len + 1 < total) dict[len++] = ' ';
+    dict[len++] = '\n';
+    memcpy(pre, "\x93NUMPY\x01\x00", 8);
+    put_le(pre + 8, len, 2);
+    write_all(o, pre, 10);
+    write_all(o, dict, len);
+
+    for (r = 0; r < rank; ++r) count *= shape[r]; /* no overflow: the floats exist */
+    buf = malloc(IO_CHUNK);
+    if (!buf) data_error("out of memory");
+    for (done = 0; done < count;) {
+        size_t n = IO_CHUNK / (size_t)itemsize;
+        if (n > count - done) n = count - done;
+        for (i = 0; i < n; ++i) {
+            if (itemsize == 4) {
+                uint32_t u;
+                memcpy(&u, &data[done + i], 4);
+                put_le(buf + 4 * i, u, 4);
+            } else {
+                double x = data[done + i];
+                uint64_t u;
+                memcpy(&u, &x, 8);
+                put_le(buf + 8 * i, u, 8);
+            }
+        }
+        write_all(o, buf, n * (size_t)itemsize);
+        done += n;
+    }
+    free(buf);
+}
+
+/* Flush, close and move the temporary file over OUT. */
+static void finish_output(output *o)
+{
+    if (fflush(o->fp) != 0) data_error("%s: write error: %s", o->path, strerror(errno));
+    if (!o->direct && fsync(fileno(o->fp)) != 0 && errno != EINVAL)
+        data_error("%s: write error: %s", o->path, strerror(errno));
+    if (fclose(o->fp) != 0) data_error("%s: write error: %s", o->path, strerror(errno));
+    if (!o->direct) {
+        if (rename(tmp_path, o->target) != 0)
+            data_error("%s: cannot write: %s", o->path, strerror(errno));
+        tmp_live = 0;
+        free(o->target);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Command line
+ * ---------------------------------------------------------------------- */
+enum { M_SOFTMAX, M_ELU, M_FAVOR };
+static const char *const method_names[] = {"softmax", "elu", "favor"};
+static const char *const kernel_names[] = {"positive", "hyperbolic", "trig", "relu"};
+static const favor_kernel kernel_ids[] = {FAVOR_POSITIVE, FAVOR_HYPERBOLIC, FAVOR_TRIG,
+                                          FAVOR_RELU};
+
+typedef struct {
+    int method, kernel, causal, threads, out_itemsize;
+    size_t features, repeat;
+    unsigned long long seed;
+    double scale; /* 0: the default */
+    const char *projection, *files[4];
+    int given_kernel, given_features, given_seed;
+} config;
+
+static void usage(void)
+{
+    printf("usage: " PROG " [options] Q.npy K.npy V.npy OUT.npy\n"
+           "\n"
+           "Attention with favor.h on NumPy arrays: OUT = attention(Q, K, V), float32.\n"
+           "Q is [n, d], [heads, n, d] or [batch, heads, n, d]; K is [.., n_k, d] and V\n"
+           "[.., n_k, d_v] with the same rank and batch, and a number of heads that\n"
+           "divides Q's (grouped-query attention). OUT is shaped as Q with last\n"
+           "dimension d_v. Inputs: .npy 1.0, 2.0 or 3.0, float32 or float64\n"
+           "(little-endian), C order.\n"
+           "\n"
+           "  --method M         softmax (exact), elu (elu(x)+1 linear attention) or\n"
+           "                     favor (random features)                default favor\n"
+           "  --kernel K         favor's feature map: positive (FAVOR+), hyperbolic,\n"
+           "                     trig or relu                           default positive\n"
+           "  --features M       favor's number of random features     default 256\n"
+           "  --seed S           seed of favor's random projection W    default 0\n"
+           "  --projection W.npy use this W ([m, d], float32 or float64) instead of\n"
+           "                     drawing one; m is its number of rows\n"
+           "  --causal           causal mask: query i sees keys j <= i + (n_k - n)\n"
+           "  --scale S          softmax: logits s q.k; favor: x' = sqrt(s) x\n"
+           "                     default 1/sqrt(d); not for elu\n"
+           "  --threads T        OpenMP threads (0: OpenMP's default)   default 0\n"
+           "  --repeat R         run R times, report the median time   default 1\n"
+           "  --out-dtype T      f4 (float32) or f8 (float64)           default f4\n"
+           "  --help             this text\n"
+           "\n"
+           "Prints one line with the method, the sizes and the time of the attention\n"
+           "call. Errors print one line to stderr and exit 1 (2: bad command line);\n"
+           "OUT is replaced only by a complete result.\n");
+}
+
+static unsigned long long parse_uint(const char *opt, const char *val, unsigned long long lo,
+                                     unsigned long long hi)
+{
+    char *end;
+    unsigned long long v;
+    errno = 0;
+    if (*val < '0' || *val > '9') usage_error("%s needs an integer, not '%s'", opt, val);
+    v = strtoull(val, &end, 10);
+    if (*end || errno == ERANGE || v < lo || v > hi)
+        usage_error("%s needs an integer in [%llu, %llu], not '%s'", opt, lo, hi, val);
+    return v;
+}
+
+static int parse_name(const char *opt, const char *val, const char *const *names, int n)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        if (!strcmp(val, names[i])) return i;
+    usage_error("%s: unknown value '%s' (see --help)", opt, val);
+    return 0;
+}
+
+static void parse_args(int argc, char **argv, config *c)
+{
+    int i, nfiles = 0, options = 1;
+    memset(c, 0, sizeof *c);
+    c->method = M_FAVOR;
+    c->features = 256;
+    c->repeat = 1;
+    c->out_itemsize = 4;
+    for (i = 1; i < argc; ++i) {
+        const char *a = argv[i], *eq, *val = NULL;
+        char opt[32];
+        if (!options || a[0] != '-' || !a[1]) { /* a file ("-" too, as a name) */
+            if (nfiles == 4) usage_error("too many arguments (see --help)");
+            c->files[nfiles++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            options = 0;
+            continue;
+        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage();
+            exit(0);
+        }
+        eq = strchr(a, '=');
+        if (strlen(a) >= sizeof opt || (eq && (size_t)(eq - a) >= sizeof opt))
+            usage_error("unknown option '%.40s' (see --help)", a);
+        strcpy(opt, a);
+        if (eq) {
+            opt[eq - a] = '\0';
+            val = eq + 1;
+        }
+        if (!strcmp(opt, "--causal")) {
+            if (val) usage_error("--causal takes no value");
+            c->causal = 1;
+            continue;
+        }
+        if (strcmp(opt, "--method") && strcmp(opt, "--kernel") && strcmp(opt, "--features") &&
+            strcmp(opt, "--seed") && strcmp(opt, "--projection") && strcmp(opt, "--scale") &&
+            strcmp(opt, "--threads") && strcmp(opt, "--repeat") && strcmp(opt, "--out-dtype"))
+            usage_error("unknown option '%s' (see --help)", opt);
+        if (!val) {
+            if (i + 1 == argc) usage_error("%s needs a value", opt);
+            val = argv[++i];
+        }
+        if (!strcmp(opt, "--method")) {
+            c->method = parse_name(opt, val, method_names, 3);
+        } else if (!strcmp(opt, "--kernel")) {
+            c->kernel = parse_name(opt, val, kernel_names, 4);
+            c->given_kernel = 1;
+        } else if (!strcmp(opt, "--features")) {
+            c->features = (size_t)parse_uint(opt, val, 1, 1ull << 24);
+            c->given_features = 1;
+        } else if (!strcmp(opt, "--seed")) {
+            c->seed = parse_uint(opt, val, 0, ~0ull);
+            c->given_seed = 1;
+        } else if (!strcmp(opt, "--projection")) {
+            c->projection = val;
+        } else if (!strcmp(opt, "--scale")) {
+            char *end;
+            c->scale = strtod(val, &end);
+            if (end == val || *end || !(c->scale > 0.0) || !((float)c->scale > 0.0f) ||
+                !(c->scale <= FLT_MAX))
+                usage_error("--scale needs a positive number, not '%s'", val);
+        } else if (!strcmp(opt, "--threads")) {
+            c->threads = (int)parse_uint(opt, val, 0, 4096);
+        } else if (!strcmp(opt, "--repeat")) {
+            c->repeat = (size_t)parse_uint(opt, val, 1, 1000000);
+        } else { /* --out-dtype */
+            if (!strcmp(val, "f4") || !strcmp(val, "float32")) c->out_itemsize = 4;
+            else if (!strcmp(val, "f8") || !strcmp(val, "float64")) c->out_itemsize = 8;
+            else usage_error("--out-dtype is f4 or f8, not '%s'", val);
+        }
+    }
+    if (nfiles != 4)
+        usage_error("expected 4 files (Q.npy K.npy V.npy OUT.npy), got %d (see --help)", nfiles);
+    if (c->method != M_FAVOR && (c->given_kernel || c->given_features || c->given_seed ||
+                                 c->projection))
+        usage_error("--kernel, --features, --seed and --projection are for --method favor");
+    if (c->projection && c->given_seed)
+        usage_error("--seed has no effect with --projection");
+    if (c->method == M_ELU && c->scale > 0.0)
+        usage_error("--scale has no effect with --method elu (elu(x)+1 is not scaled)");
+}
+
+/* ------------------------------------------------------------------------
+ * Shapes: [n, d], [heads, n, d] or [batch, heads, n, d]
+ * ---------------------------------------------------------------------- */
+static void check_rank(const npy_array *a)
+{
+    if (a->rank < 2 || a->rank > 4) {
+        char s[256];
+        shape_string(s, sizeof s, a->shape, a->rank);
+        data_error("%s: shape %s has rank %d; expected [n, d], [heads, n, d] or "
+                   "[batch, heads, n, d]",
+                   a->path, s, a->rank);
+    }
+}
+
+/* favor's head count: the product of the dimensions before the last two */
+static size_t heads_of(const npy_array *a)
+{
+    size_t h = 1;
+    int i;
+    for (i = 0; i < a->rank - 2; ++i) h *= a->shape[i];
+    return h;
+}
+
+static void check_shapes(const npy_array *q, const npy_array *k, const npy_array *v)
+{
+    char sq[256], sk[256], sv[256];
+    int r = q->rank;
+    check_rank(q);
+    check_rank(k);
+    check_rank(v);
+    shape_string(sq, sizeof sq, q->shape, q->rank);
+    shape_string(sk, sizeof sk, k->shape, k->rank);
+    shape_string(sv, sizeof sv, v->shape, v->rank);
+    if (k->rank != r || v->rank != r)
+        data_error("Q %s, K %s and V %s must have the same rank", sq, sk, sv);
+    if (k->shape[r - 1] != q->shape[r - 1])
+        data_error("K %s and Q %s must have the same last dimension d", sk, sq);
+    if (v->shape[r - 2] != k->shape[r - 2] || (r >= 3 && v->shape[r - 3] != k->shape[r - 3]) ||
+        (r == 4 && v->shape[0] != k->shape[0]))
+        data_error("V %s must be shaped as K %s except for its last dimension", sv, sk);
+    if (r == 4 && k->shape[0] != q->shape[0])
+        data_error("K %s and Q %s must have the same batch size", sk, sq);
+    if (r >= 3 && q->shape[r - 3] % k->shape[r - 3] != 0)
+        data_error("K and V have %zu heads, which does not divide Q's %zu", k->shape[r - 3],
+                   q->shape[r - 3]);
+}
+
+/* ------------------------------------------------------------------------ */
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    config c;
+    npy_array q, k, v, w;
+    favor_features f;
+    favor_options opt = favor_default_options();
+    favor_tensor tq, tk, tv, to;
+    favor_status st = FAVOR_OK;
+    float *storage = NULL, *out;
+    void *workspace = NULL;
+    size_t hq, hkv, n, nk, d, dv, ws = 0, oshape[4], rep, i, j;
+    double *times, median;
+    const char *out_path;
+    struct stat sb;
+    struct sigaction sa;
+    output dest;
+    mode_t umask_bits;
+    int r;
+
+    parse_args(argc, argv, &c);
+    out_path = c.files[3];
+    umask_bits = umask(0);
+    umask(umask_bits);
+    atexit(remove_tmp);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    if (stat(out_path, &sb) == 0 && S_ISDIR(sb.st_mode)) /* before reading anything */
+        data_error("%s: is a directory", out_path);
+
+    read_npy(c.files[0], &q);
+    read_npy(c.files[1], &k);
+    read_npy(c.files[2], &v);
+    check_shapes(&q, &k, &v);
+    r = q.rank;
+    hq = heads_of(&q);
+    hkv = heads_of(&k);
+    n = q.shape[r - 2];
+    d = q.shape[r - 1];
+    nk = k.shape[r - 2];
+    dv = v.shape[r - 1];
+
+    if (c.method == M_ELU) {
+        st = favor_features_init(&f, FAVOR_ELU1, d, 0, 0, 0, NULL);
+    } else if (c.method == M_FAVOR) {
+        favor_kernel kern = kernel_ids[c.kernel];
+        size_t floats;
+        if (c.projection) {
+            read_npy(c.projection, &w);
+            if (w.rank != 2 || w.shape[1] != d) {
+                char s[256];
+                shape_string(s, sizeof s, w.shape, w.rank);
+                data_error("%s: the projection is %s; expected [m, %zu] (d = %zu from Q)",
+                           c.projection, s, d, d);
+            }
+            if (c.given_features && c.features != w.shape[0])
+                data_error("--features %zu, but %s has %zu rows", c.features, c.projection,
+                           w.shape[0]);
+            c.features = w.shape[0];
+        }
+        floats = favor_features_floats(kern, d, c.features);
+        if (!floats) data_error("%zu features of dimension %zu are too many", c.features, d);
+        storage = malloc(floats * sizeof *storage);
+        if (!storage) data_error("out of memory (%zu features of dimension %zu)", c.features, d);
+        st = favor_features_init(&f, kern, d, c.features, 0, c.seed, storage);
+        if (st == FAVOR_OK && c.projection) {
+            /* Replace the drawn W by the given one: the map reads W (m x d) and
+             * its transpose W^T (d x m) from f.w and f.wt and keeps nothing else
+             * derived from them. */
+            for (i = 0; i < c.features; ++i)
+                for (j = 0; j < d; ++j) {
+                    f.w[i * d + j] = w.data[i * d + j];
+                    f.wt[j * c.features + i] = w.data[i * d + j];
+                }
+            free(w.data);
+        }
+    }
+    if (st != FAVOR_OK) data_error("favor_features_init: %s", favor_status_string(st));
+    open_output(&dest, out_path, umask_bits);
+
+    for (i = 0; i + 1 < (size_t)r; ++i) oshape[i] = q.shape[i];
+    oshape[r - 1] = dv;
+    if (!mul_ok(hq * n, dv, &i) || i > SIZE_MAX / sizeof(float))
+        data_error("the output does not fit in memory");
+    out = malloc(i * sizeof *out);
+    times = malloc(c.repeat * sizeof *times);
+    if (!out || !times) data_error("out of memory (output of %zu floats)", i);
+    tq = favor_tensor_packed(q.data, hq, n, d);
+    tk = favor_tensor_packed(k.data, hkv, nk, d);
+    tv = favor_tensor_packed(v.data, hkv, nk, dv);
+    to = favor_tensor_packed(out, hq, n, dv);
+    opt.flags = c.causal ? FAVOR_CAUSAL : 0u;
+    opt.scale = (float)c.scale;
+    opt.threads = c.threads;
+    /* the workspace once, so the timed calls do not allocate */
+    ws = c.method == M_SOFTMAX ? favor_softmax_attention_workspace(&tq, &tk, &tv, &opt)
+                               : favor_linear_attention_workspace(&f, &tq, &tk, &tv, &opt);
+    if (ws) {
+        workspace = malloc(ws);
+        if (!workspace) data_error("out of memory (workspace of %zu bytes)", ws);
+        opt.workspace = workspace;
+        opt.workspace_size = ws;
+    }
+    for (rep = 0; rep < c.repeat && st == FAVOR_OK; ++rep) {
+        double t0 = now_ms();
+        st = c.method == M_SOFTMAX ? favor_softmax_attention(&tq, &tk, &tv, &to, &opt)
+                                   : favor_linear_attention(&f, &tq, &tk, &tv, &to, &opt);
+        times[rep] = now_ms() - t0;
+    }
+    if (st != FAVOR_OK)
+        data_error("favor_%s_attention: %s", c.method == M_SOFTMAX ? "softmax" : "linear",
+                   favor_status_string(st));
+
+    write_npy(&dest, out, oshape, r, c.out_itemsize);
+    finish_output(&dest);
+
+    qsort(times, c.repeat, sizeof *times, cmp_double);
+    median = c.repeat % 2 ? times[c.repeat / 2]
+                          : 0.5 * (times[c.repeat / 2 - 1] + times[c.repeat / 2]);
+    if (c.method == M_FAVOR)
+        printf(PROG ": favor/%s m=%zu", kernel_names[c.kernel], c.features);
+    else
+        printf(PROG ": %s", method_names[c.method]);
+    printf(" %s heads=%zu kv_heads=%zu n=%zu n_k=%zu d=%zu dv=%zu %s: %.3f ms (median of %zu)\n",
+           c.causal ? "causal" : "non-causal", hq, hkv, n, nk, d, dv, favor_backend(), median,
+           c.repeat);
+    free(times);
+    free(workspace);
+    free(out);
+    free(storage);
+    free(q.data);
+    free(k.data);
+    free(v.data);
+    return fflush(stdout) == 0 ? 0 : 1;
+}

@@ -1,0 +1,607 @@
+#!/usr/bin/python3
+"""favor-npy against PyTorch, in float64, on random .npy files.
+
+    /usr/bin/python3 tests/interop/check_torch.py path/to/favor_npy
+
+Writes random Q, K, V (and projections W) to a temporary directory, runs
+favor-npy on them and compares its output with the same attention written in
+PyTorch in float64: exact softmax (causal masks bottom-right aligned, n == n_k,
+n < n_k and n > n_k), elu(x)+1 linear attention in the form of
+fast-transformers, and FAVOR+ (and the hyperbolic, trig and relu maps) given
+the same W, in the form of the Performer reference code, unstabilized. Shapes
+[n, d], [heads, n, d] and [batch, heads, n, d], float32 and float64 inputs,
+.npy format versions 1.0, 2.0 and 3.0, grouped-query K/V, d_v != d. The
+tolerances are favor.h's (its manual, ACCURACY): max|err| <= 2e-5 max|V| for
+softmax and elu+1, <= 1e-4 max|O_ref| for the random feature maps.
+
+Then the failures: malformed, truncated or unsupported files, mismatched
+shapes, bad command lines, outputs that cannot be written. Each must exit 1
+(data) or 2 (command line) with exactly one line on stderr starting
+"favor-npy: error:", and leave no output and no temporary file behind; each is
+run twice, the second time with an existing output file, which must survive
+unchanged.
+
+Exit status: 0 passed, 1 failed, 77 skipped (numpy or torch missing, unless
+FAVOR_REQUIRE_INTEROP=1 is set, which makes that a failure).
+"""
+import io
+import os
+import re
+import resource
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+SKIP = 77
+
+try:
+    import numpy as np
+    import torch
+except ImportError as exc:
+    if os.environ.get("FAVOR_REQUIRE_INTEROP") == "1":
+        print("interop: FAILED: python3-numpy/python3-torch not found at %s (%s), "
+              "and FAVOR_REQUIRE_INTEROP=1" % (sys.executable, exc))
+        sys.exit(1)
+    print("interop: SKIPPED: python3-numpy/python3-torch not found at %s (%s)"
+          % (sys.executable, exc))
+    sys.exit(SKIP)
+
+torch.set_num_threads(1)
+TOOL = None
+FAILURES = []
+
+
+def fail(msg):
+    FAILURES.append(msg)
+    print("  FAIL: " + msg)
+
+
+def run(args, max_file_bytes=None):
+    """Run the tool; max_file_bytes: RLIMIT_FSIZE, so writes past it fail (EFBIG)."""
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
+    return subprocess.run([TOOL] + [str(a) for a in args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=env, timeout=60,
+                          preexec_fn=limit if max_file_bytes else None)
+
+
+# --------------------------------------------------------------------------
+# float64 references (torch)
+# --------------------------------------------------------------------------
+def t64(a):
+    return torch.from_numpy(np.asarray(a, dtype=np.float64))
+
+
+def expand_kv(x, hq):
+    """Grouped-query attention: repeat each K/V head for its group of Q heads."""
+    if x.dim() >= 3 and x.shape[-3] != hq:
+        x = x.repeat_interleave(hq // x.shape[-3], dim=-3)
+    return x
+
+
+def visible(n, nk):
+    """favor's causal mask: query i sees key j iff j <= i + (nk - n)."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(nk)[None, :]
+    return j <= i + (nk - n)
+
+
+def softmax_ref(q, k, v, scale, causal):
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        mask = visible(q.shape[-2], k.shape[-2])
+        s = s.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(s, -1)
+        p = torch.nan_to_num(p, nan=0.0)  # rows that see no key: zero
+    else:
+        p = torch.softmax(s, -1)
+    return p @ v
+
+
+def linear_ref(pq, pk, v, causal):
+    """out_i = phi(q_i) (sum_j phi(k_j) v_j^T) / (phi(q_i) . sum_j phi(k_j)),
+    the sums over visible keys: all of them, or prefix sums when causal."""
+    if not causal:
+        kv = pk.transpose(-1, -2) @ v                 # [.., F, dv]
+        z = pk.sum(-2)                                # [.., F]
+        num = pq @ kv
+        den = (pq * z.unsqueeze(-2)).sum(-1, keepdim=True)
+        return num / den
+    n, nk = pq.shape[-2], pk.shape[-2]
+    S = torch.cumsum(pk.unsqueeze(-1) * v.unsqueeze(-2), dim=-3)  # [.., nk, F, dv]
+    Z = torch.cumsum(pk, dim=-2)                                  # [.., nk, F]
+    last = torch.arange(n) + (nk - n)     # the last key row i sees
+    seen = last >= 0
+    idx = last.clamp(min=0)
+    num = torch.einsum("...if,...ifv->...iv", pq, S[..., idx, :, :])
+    den = torch.einsum("...if,...if->...i", pq, Z[..., idx, :]).unsqueeze(-1)
+    out = num / den
+    out[..., ~seen, :] = 0.0
+    return out
+
+
+def phi_ref(x, kernel, w, scale):
+    """The feature maps of favor.h's manual, unstabilized (c = 0), x' = sqrt(s) x.
+    For FAVOR+ this is the Performer's softmax kernel feature map with
+    data_normalizer d^{-1/4} when s = 1/sqrt(d)."""
+    if kernel == "elu":
+        return torch.nn.functional.elu(x) + 1.0
+    m = w.shape[0]
+    xs = x * scale ** 0.5
+    u = xs @ w.T
+    h = (xs * xs).sum(-1, keepdim=True) / 2.0
+    if kernel == "positive":
+        return torch.exp(u - h) / m ** 0.5
+    if kernel == "hyperbolic":
+        return torch.exp(-h) * torch.cat([torch.exp(u), torch.exp(-u)], -1) / (2 * m) ** 0.5
+    if kernel == "trig":
+        return torch.exp(h) * torch.cat([torch.sin(u), torch.cos(u)], -1) / m ** 0.5
+    if kernel == "relu":
+        return torch.relu(u) / m ** 0.5 + 1e-3
+    raise ValueError(kernel)
+
+
+def performer_w(rng, m, d):
+    """gaussian_orthogonal_random_matrix of the Performer code (scaling 0):
+    blocks of d orthonormal rows (QR of a Gaussian matrix), each row scaled to
+    the norm of a Gaussian d-vector."""
+    blocks = []
+    for b in range(0, m, d):
+        qm, _ = np.linalg.qr(rng.standard_normal((d, d)))
+        blocks.append(qm.T[: min(d, m - b)])
+    norms = np.linalg.norm(rng.standard_normal((m, d)), axis=1)
+    return np.ascontiguousarray(norms[:, None] * np.vstack(blocks))  # np.save: C order
+
+
+# --------------------------------------------------------------------------
+# .npy files
+# --------------------------------------------------------------------------
+def save(path, arr, version=None):
+    if version is None:
+        np.save(path, arr)
+    else:
+        with open(path, "wb") as fh:
+            np.lib.format.write_array(fh, arr, version=version)
+
+
+def raw_npy(path, header, data=b"", version=(1, 0), hlen=None):
+    """A .npy file with a hand-written header dict (padded to 64 bytes)."""
+    h = header.encode("latin1")
+    pre = 10 if version[0] == 1 else 12
+    pad = (-(pre + len(h) + 1)) % 64
+    h = h + b" " * pad + b"\n"
+    n = len(h) if hlen is None else hlen
+    ln = struct.pack("<H", n) if version[0] == 1 else struct.pack("<I", n)
+    with open(path, "wb") as fh:
+        fh.write(b"\x93NUMPY" + bytes(version) + ln + h + data)
+
+
+# --------------------------------------------------------------------------
+# Agreement with torch
+# --------------------------------------------------------------------------
+RESULTS = []  # (name, err, tol)
+
+
+def case(work, name, method, qs, ks, vs, dtype=np.float32, causal=False, scale=None,
+         kernel="positive", m=None, wdtype=np.float64, versions=(None, None, None),
+         out_dtype=None):
+    rng = np.random.default_rng(zlib.crc32(name.encode()))  # fixed data per case
+    q = rng.normal(0.0, 0.5, qs).astype(dtype)
+    k = rng.normal(0.0, 0.5, ks).astype(dtype)
+    v = rng.normal(0.0, 1.0, vs).astype(dtype)
+    paths = [os.path.join(work, "%s.%s.npy" % (name, t)) for t in "qkvo"]
+    for p, a, ver in zip(paths, (q, k, v), versions):
+        save(p, a, ver)
+    args = ["--method", method] + (["--causal"] if causal else [])
+    if scale is not None:
+        args += ["--scale", repr(scale)]
+    d = qs[-1]
+    s = scale if scale is not None else 1.0 / d ** 0.5
+    w = None
+    if method == "favor":
+        w = performer_w(rng, m, d).astype(wdtype)
+        wpath = os.path.join(work, name + ".w.npy")
+        save(wpath, w)
+        args += ["--kernel", kernel, "--projection", wpath]
+    if out_dtype:
+        args += ["--out-dtype", out_dtype]
+    r = run(args + paths)
+    if r.returncode != 0 or r.stderr:
+        fail("%s: exit %d, stderr %r" % (name, r.returncode, r.stderr.decode()[:300]))
+        return
+    out = np.load(paths[3])
+    want_shape = tuple(qs[:-1]) + (vs[-1],)
+    want_dtype = np.float64 if out_dtype == "f8" else np.float32
+    if out.shape != want_shape or out.dtype != want_dtype:
+        fail("%s: output %s %s, expected %s %s" % (name, out.shape, out.dtype, want_shape,
+                                                   np.dtype(want_dtype)))
+        return
+    hq = qs[-3] if len(qs) >= 3 else 1
+    tq, tk, tv = t64(q), expand_kv(t64(k), hq), expand_kv(t64(v), hq)
+    if method == "softmax":
+        ref = softmax_ref(tq, tk, tv, s, causal)
+        tol = 2e-5 * float(np.abs(v).max())
+    elif method == "elu":
+        ref = linear_ref(phi_ref(tq, "elu", None, s), phi_ref(tk, "elu", None, s), tv, causal)
+        tol = 2e-5 * float(np.abs(v).max())
+    else:
+        tw = t64(w)
+        ref = linear_ref(phi_ref(tq, kernel, tw, s), phi_ref(tk, kernel, tw, s), tv, causal)
+        tol = 1e-4 * float(ref.abs().max())
+    err = float((torch.from_numpy(out.astype(np.float64)) - ref).abs().max())
+    RESULTS.append((name, err, tol))
+    status = "ok" if err <= tol else "FAIL"
+    print("  %-34s max|err| %.2e  tol %.2e  (%4.1f%% of tol)  %s"
+          % (name, err, tol, 100.0 * err / tol, status))
+    if not err <= tol:
+        fail("%s: max|err| %.3e > tol %.3e" % (name, err, tol))
+
+
+def agreement(work):
+    print("agreement with torch (float64):")
+    F64 = np.float64
+    # softmax
+    case(work, "softmax-2d", "softmax", (130, 32), (130, 32), (130, 32))
+    case(work, "softmax-causal-3d-f64", "softmax", (3, 150, 64), (3, 150, 64), (3, 150, 32),
+         dtype=F64, causal=True)
+    case(work, "softmax-causal-4d-gqa-n<nk", "softmax", (2, 4, 70, 16), (2, 2, 150, 16),
+         (2, 2, 150, 24), causal=True, scale=0.3)
+    case(work, "softmax-causal-n>nk", "softmax", (2, 100, 16), (2, 60, 16), (2, 60, 16),
+         causal=True)
+    case(work, "softmax-gqa-nk!=n-out-f8", "softmax", (4, 90, 32), (1, 200, 32), (1, 200, 8),
+         out_dtype="f8")
+    case(work, "softmax-npy-v2-v3", "softmax", (2, 64, 16), (2, 64, 16), (2, 64, 16),
+         versions=((2, 0), (3, 0), (1, 0)), causal=True)
+    # elu+1
+    case(work, "elu-3d-dv!=d", "elu", (4, 120, 32), (4, 120, 32), (4, 120, 48))
+    case(work, "elu-causal-4d-gqa-f64", "elu", (2, 4, 150, 16), (2, 1, 150, 16),
+         (2, 1, 150, 16), dtype=F64, causal=True)
+    case(work, "elu-causal-n<nk", "elu", (2, 50, 32), (2, 130, 32), (2, 130, 32), causal=True)
+    case(work, "elu-causal-n>nk", "elu", (2, 100, 16), (2, 60, 16), (2, 60, 16), causal=True)
+    # FAVOR+ with the Performer's W (m not a multiple of d: a partial block)
+    case(work, "favor+-3d-W64", "favor", (4, 140, 32), (4, 140, 32), (4, 140, 32), m=128)
+    case(work, "favor+-causal-4d-gqa-n<nk-W32", "favor", (2, 4, 90, 32), (2, 2, 160, 32),
+         (2, 2, 160, 16), causal=True, m=80, wdtype=np.float32)
+    case(work, "favor+-causal-2d-f64-scale", "favor", (150, 16), (150, 16), (150, 24),
+         dtype=F64, causal=True, m=64, scale=0.2)
+    case(work, "favor+-causal-n>nk", "favor", (2, 100, 16), (2, 60, 16), (2, 60, 16),
+         causal=True, m=64)
+    # the other maps of favor.h, same W
+    case(work, "hyperbolic-causal-3d", "favor", (2, 130, 32), (2, 130, 32), (2, 130, 32),
+         causal=True, kernel="hyperbolic", m=64)
+    case(work, "relu-3d-gqa", "favor", (4, 110, 32), (2, 110, 32), (2, 110, 16),
+         kernel="relu", m=96)
+    case(work, "trig-3d", "favor", (2, 100, 16), (2, 100, 16), (2, 100, 16),
+         kernel="trig", m=64, scale=0.05)
+
+    # descr '=f8' and '|f4' (native order) read like '<f8' and '<f4'
+    if sys.byteorder == "little":
+        rng = np.random.default_rng(5)
+        q = rng.normal(0, 0.5, (2, 40, 8))
+        k = rng.normal(0, 0.5, (2, 40, 8)).astype(np.float32)
+        v = rng.normal(0, 1, (2, 40, 8))
+        p = [os.path.join(work, "native.%s.npy" % t) for t in "qkvo"]
+        raw_npy(p[0], "{'descr': '=f8', 'fortran_order': False, 'shape': (2, 40, 8), }",
+                q.tobytes())
+        raw_npy(p[1], "{'shape': (2, 40, 8), 'fortran_order': False, 'descr': '|f4'}",
+                k.tobytes())
+        save(p[2], v)
+        r = run(["--method", "softmax"] + p)
+        if r.returncode != 0:
+            fail("native byte order: exit %d %r" % (r.returncode, r.stderr.decode()))
+        else:
+            ref = softmax_ref(t64(q), t64(k), t64(v), 8 ** -0.5, False)
+            err = float((t64(np.load(p[3])) - ref).abs().max())
+            tol = 2e-5 * float(np.abs(v).max())
+            print("  %-34s max|err| %.2e  tol %.2e  (%4.1f%% of tol)  %s"
+                  % ("softmax-descr-=f8-|f4", err, tol, 100 * err / tol,
+                     "ok" if err <= tol else "FAIL"))
+            RESULTS.append(("softmax-descr-=f8-|f4", err, tol))
+            if not err <= tol:
+                fail("native byte order: max|err| %.3e > %.3e" % (err, tol))
+
+
+# --------------------------------------------------------------------------
+# The tool itself: seeds, timing line, help, replacing an output, its mode
+# --------------------------------------------------------------------------
+def behaviour(work):
+    print("behaviour:")
+    rng = np.random.default_rng(11)
+    p = [os.path.join(work, "b.%s.npy" % t) for t in ("q", "k", "v")]
+    for path, shape in zip(p, ((2, 64, 16), (2, 64, 16), (2, 64, 16))):
+        save(path, rng.normal(0, 0.5, shape).astype(np.float32))
+    outs = [os.path.join(work, "b.o%d.npy" % i) for i in range(3)]
+    r1 = run(["--seed", "7", "--features", "32", "--repeat", "3"] + p + [outs[0]])
+    r2 = run(["--seed", "7", "--features", "32", "--threads", "1"] + p + [outs[1]])
+    r3 = run(["--seed", "8", "--features", "32", "--causal"] + p + [outs[2]])
+    if any(r.returncode for r in (r1, r2, r3)):
+        fail("seeded runs: exit %s" % [r.returncode for r in (r1, r2, r3)])
+        return
+    line = r1.stdout.decode()
+    pat = (r"^favor-npy: favor/positive m=32 non-causal heads=2 kv_heads=2 n=64 n_k=64 "
+           r"d=16 dv=16 \w+: [0-9.]+ ms \(median of 3\)\n$")
+    if not re.match(pat, line):
+        fail("timing line %r does not match %r" % (line, pat))
+    else:
+        print("  timing line: " + line.strip())
+    a, b = np.load(outs[0]), np.load(outs[1])
+    if not np.array_equal(a, b):
+        fail("the same seed gave different outputs")
+    r4 = run(["--seed", "8", "--features", "32"] + p + [outs[2]])  # replaces outs[2]
+    if r4.returncode or np.array_equal(a, np.load(outs[2])):
+        fail("another seed gave the same output (or failed: %d)" % r4.returncode)
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = os.stat(outs[2]).st_mode & 0o777
+    if mode != 0o666 & ~umask:
+        fail("output mode %o, expected %o" % (mode, 0o666 & ~umask))
+    # An output that is not a regular file (here a FIFO) is written in place, not
+    # replaced. (Not /dev/null: a tool that renamed over its output would replace
+    # the device node, and the tests run as root in CI.)
+    fifo = os.path.join(work, "fifo")
+    os.mkfifo(fifo)
+    # Held open read-write (Linux: does not block), so the tool's open succeeds at
+    # once; its 8 KiB fit in the pipe's buffer, read after it exits.
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    r = run(["--seed", "7", "--features", "32"] + p + [fifo])
+    got = b""
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            got += chunk
+    except BlockingIOError:
+        pass
+    os.close(fd)
+    same = False
+    try:
+        same = np.array_equal(np.load(io.BytesIO(got)), a)
+    except ValueError:
+        pass
+    if r.returncode or r.stderr or not stat.S_ISFIFO(os.lstat(fifo).st_mode) or not same:
+        fail("output a FIFO: exit %d %r, %d bytes read" % (r.returncode, r.stderr, len(got)))
+    os.unlink(fifo)
+    # A symbolic link is followed: its target is replaced and the link kept.
+    target, link = os.path.join(work, "b.target.npy"), os.path.join(work, "b.link.npy")
+    with open(target, "wb") as fh:
+        fh.write(b"old contents")
+    os.symlink(os.path.basename(target), link)
+    r = run(["--seed", "7", "--features", "32"] + p + [link])
+    if r.returncode or not os.path.islink(link) or not np.array_equal(np.load(target), a):
+        fail("output through a symbolic link: exit %d %r, link %s"
+             % (r.returncode, r.stderr, "kept" if os.path.islink(link) else "replaced"))
+    h = run(["--help"])
+    if h.returncode != 0 or not h.stdout.startswith(b"usage: favor-npy") or h.stderr:
+        fail("--help: exit %d" % h.returncode)
+    leftovers = [f for f in os.listdir(work) if ".tmp." in f]
+    if leftovers:
+        fail("temporary files left after successful runs: %s" % leftovers)
+    print("  seeds, --repeat, --help, output mode %o, replacing an output: %s"
+          % (mode, "ok" if not FAILURES else "see above"))
+
+
+# --------------------------------------------------------------------------
+# Failures
+# --------------------------------------------------------------------------
+NEGATIVE = 0
+
+
+def expect_error(work, name, args, out, code=None, max_file_bytes=None):
+    """Run twice (no output file; an existing one) and check the failure."""
+    global NEGATIVE
+    NEGATIVE += 1
+    sentinel = b"an existing output that must survive\n"
+    # the second run only where an existing output can be planted: not when OUT
+    # is a directory, a device or in a directory that does not exist
+    preexist = out is not None and os.path.dirname(out) == work and not os.path.lexists(out)
+    for existing in (False, True) if preexist else (False,):
+        if existing:
+            with open(out, "wb") as fh:
+                fh.write(sentinel)
+        before = sorted(os.listdir(work))
+        r = run(args, max_file_bytes)
+        err = r.stderr.decode("utf-8", "replace")
+        lines = err.splitlines()
+        what = "%s%s" % (name, " (existing output)" if existing else "")
+        if r.returncode < 0:
+            fail("%s: killed by signal %d" % (what, -r.returncode))
+        elif r.returncode == 0 or (code is not None and r.returncode != code) \
+                or r.returncode not in (1, 2):
+            fail("%s: exit %d, expected %s" % (what, r.returncode, code or "1 or 2"))
+        if len(lines) != 1 or not err.endswith("\n") or \
+                not lines[0].startswith("favor-npy: error: "):
+            fail("%s: stderr is not one 'favor-npy: error:' line: %r" % (what, err))
+        if r.stdout:
+            fail("%s: wrote to stdout: %r" % (what, r.stdout[:200]))
+        after = sorted(os.listdir(work))
+        if after != before:
+            fail("%s: files appeared or vanished: %s" % (what, sorted(set(before) ^ set(after))))
+        if existing:
+            with open(out, "rb") as fh:
+                if fh.read() != sentinel:
+                    fail("%s: the existing output was clobbered" % what)
+            os.unlink(out)
+        if not existing and lines:
+            print("  %-28s exit %d: %s" % (name, r.returncode, lines[0][:110]))
+
+
+def failures(work):
+    print("failures (each must exit non-zero with one line on stderr, no output, no temp file):")
+    rng = np.random.default_rng(3)
+    bad = os.path.join(work, "bad")
+    os.mkdir(bad)
+    P = lambda name: os.path.join(bad, name)  # noqa: E731
+    q = rng.normal(0, 0.5, (2, 32, 8)).astype(np.float32)
+    save(P("q.npy"), q)
+    save(P("k.npy"), q)
+    save(P("v.npy"), q)
+    out = P("out.npy")
+    good = [P("q.npy"), P("k.npy"), P("v.npy")]
+    raw = open(P("q.npy"), "rb").read()
+
+    def as_q(name, args=()):
+        """Q replaced by the file `name`"""
+        return list(args) + [P(name), P("k.npy"), P("v.npy"), out]
+
+    def write(name, data):
+        with open(P(name), "wb") as fh:
+            fh.write(data)
+        return name
+
+    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 32, 8), }"
+    data = q.tobytes()
+    cases = [
+        ("truncated data", as_q(write("trunc.npy", raw[:-10]))),
+        ("truncated header", as_q(write("trunch.npy", raw[:40]))),
+        ("truncated prefix", as_q(write("truncp.npy", raw[:9]))),
+        ("empty file", as_q(write("empty.npy", b""))),
+        ("bad magic", as_q(write("magic.npy", b"\x93NUMPX" + raw[6:]))),
+        ("not npy at all", as_q(write("text.npy", b"hello, world\n" * 20))),
+        ("version 4.0", as_q(write("v4.npy", raw[:6] + b"\x04\x00" + raw[8:]))),
+        ("trailing bytes", as_q(write("trail.npy", raw + b"\0" * 4))),
+    ]
+    for name, arr in (("int32", q.astype(np.int32)), ("int64", q.astype(np.int64)),
+                      ("float16", q.astype(np.float16)), ("complex64", q.astype(np.complex64)),
+                      ("big-endian >f4", q.astype(">f4")), ("big-endian >f8", q.astype(">f8")),
+                      ("structured", np.zeros((2, 32), dtype=[("a", "<f4"), ("b", "<f4")])),
+                      ("bool", q > 0)):
+        fn = "dt-%s.npy" % name.replace(" ", "_").replace(">", "")
+        save(P(fn), arr)
+        cases.append(("dtype " + name, as_q(fn)))
+    save(P("fortran.npy"), np.asfortranarray(rng.normal(0, 1, (32, 8)).astype(np.float32)))
+    cases.append(("fortran_order True", [P("fortran.npy")] * 3 + [out]))
+    raw_npy(P("nofortran.npy"), "{'descr': '<f4', 'shape': (2, 32, 8), }", data)
+    raw_npy(P("extrakey.npy"), hdr[:-1] + "'x': 1, }", data)
+    raw_npy(P("garbage.npy"), "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2, 32, 8)}",
+            data)
+    raw_npy(P("badshape.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }",
+            data)
+    raw_npy(P("notdict.npy"), "[1, 2, 3]", data)
+    raw_npy(P("hdr-overflow-v1.npy"), hdr, data, hlen=0xFFFF)
+    raw_npy(P("hdr-overflow-v2.npy"), hdr, data, version=(2, 0), hlen=0xFFFFFFFF)
+    raw_npy(P("huge-shape.npy"),
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }",
+            data)
+    raw_npy(P("huge-dim.npy"),
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999, 8), }",
+            data)
+    raw_npy(P("huge-size.npy"),
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2147483648, 64), }", data)
+    big = q.astype(np.float64)
+    big[1, 2, 3] = 1e300
+    save(P("f8-range.npy"), big)
+    raw_npy(P("zero-n.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 0, 8), }")
+    raw_npy(P("zero-d.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 32, 0), }")
+    for name, fn in (("missing fortran_order", "nofortran.npy"), ("extra header key", "extrakey.npy"),
+                     ("bad fortran_order", "garbage.npy"), ("bad shape", "badshape.npy"),
+                     ("header not a dict", "notdict.npy"),
+                     ("header overflow v1", "hdr-overflow-v1.npy"),
+                     ("header overflow v2", "hdr-overflow-v2.npy"),
+                     ("size overflows size_t", "huge-shape.npy"),
+                     ("dimension overflows", "huge-dim.npy"),
+                     ("huge declared size", "huge-size.npy"),
+                     ("float64 beyond float32", "f8-range.npy"),
+                     ("zero n", "zero-n.npy"), ("zero d", "zero-d.npy")):
+        cases.append((name, as_q(fn)))
+
+    def arr(name, shape):
+        save(P(name), rng.normal(0, 0.5, shape).astype(np.float32))
+        return P(name)
+
+    cases += [
+        ("rank 1", [arr("r1.npy", (8,))] * 3 + [out]),
+        ("rank 5", [arr("r5.npy", (1, 2, 2, 4, 8))] * 3 + [out]),
+        ("rank mismatch", [arr("m2.npy", (32, 8)), P("k.npy"), P("v.npy"), out]),
+        ("K d != Q d", [P("q.npy"), arr("k9.npy", (2, 32, 9)), P("v.npy"), out]),
+        ("V n_k != K n_k", [P("q.npy"), P("k.npy"), arr("v31.npy", (2, 31, 8)), out]),
+        ("V heads != K heads", [P("q.npy"), P("k.npy"), arr("v1h.npy", (1, 32, 8)), out]),
+        ("kv heads do not divide", [arr("q3h.npy", (3, 32, 8)), P("k.npy"), P("v.npy"), out]),
+        ("batch mismatch", [arr("q4a.npy", (2, 2, 16, 8)), arr("k4b.npy", (3, 2, 16, 8)),
+                            arr("v4b.npy", (3, 2, 16, 8)), out]),
+        ("W d != Q d", ["--projection", arr("w9.npy", (16, 9))] + good + [out]),
+        ("W rank 3", ["--projection", arr("w3.npy", (2, 16, 8))] + good + [out]),
+        ("W dtype int32", ["--projection", P("dt-int32.npy")] + good + [out]),
+        ("--features != W rows", ["--features", "32", "--projection", arr("w16.npy", (16, 8))]
+         + good + [out]),
+        ("missing input", [P("nonexistent.npy"), P("k.npy"), P("v.npy"), out]),
+        ("input is a directory", [bad, P("k.npy"), P("v.npy"), out]),
+        ("output dir does not exist", good + [os.path.join(bad, "no", "such", "dir", "o.npy")]),
+    ]
+    os.mkdir(P("outdir"))
+    with open(os.path.join(P("outdir"), "keep"), "w") as fh:
+        fh.write("x")
+    cases.append(("output is a directory", good + [P("outdir")]))
+    os.symlink("no-such-file.npy", P("dangling.npy"))
+    cases.append(("output a dangling link", good + [P("dangling.npy")]))
+    for name, args in cases:
+        expect_error(bad, name, args, args[-1], 1)
+    # a write that fails half-way: 256 KiB of output against a file size limit of
+    # 64 KiB (not smaller: LLVM's OpenMP runtime sizes a small file of its own)
+    big = [arr("big.npy", (4, 256, 64))] * 3
+    expect_error(bad, "write error (EFBIG)", big + [out], out, 1, max_file_bytes=1 << 16)
+    if not os.path.islink(P("dangling.npy")):
+        fail("output a dangling link: the link was replaced")
+    if os.listdir(P("outdir")) != ["keep"]:
+        fail("output is a directory: its contents changed: %s" % os.listdir(P("outdir")))
+
+    usage = [
+        ("no arguments", []),
+        ("three files", good),
+        ("five files", good + [out, out]),
+        ("unknown option", ["--bogus"] + good + [out]),
+        ("--method bogus", ["--method", "bogus"] + good + [out]),
+        ("--kernel bogus", ["--kernel", "bogus"] + good + [out]),
+        ("--features 0", ["--features", "0"] + good + [out]),
+        ("--features abc", ["--features", "abc"] + good + [out]),
+        ("--features -5", ["--features=-5"] + good + [out]),
+        ("--scale -1", ["--scale", "-1"] + good + [out]),
+        ("--scale nan", ["--scale", "nan"] + good + [out]),
+        ("--threads -1", ["--threads", "-1"] + good + [out]),
+        ("--repeat 0", ["--repeat", "0"] + good + [out]),
+        ("--out-dtype f2", ["--out-dtype", "f2"] + good + [out]),
+        ("missing value", good + [out, "--seed"]),
+        ("--kernel for softmax", ["--method", "softmax", "--kernel", "relu"] + good + [out]),
+        ("--seed with --projection", ["--seed", "1", "--projection", P("w16.npy")] + good + [out]),
+        ("--scale for elu", ["--method", "elu", "--scale", "0.5"] + good + [out]),
+    ]
+    for name, args in usage:
+        expect_error(bad, name, args, out, 2)
+
+
+def main():
+    global TOOL
+    if len(sys.argv) != 2:
+        print("usage: %s path/to/favor_npy" % sys.argv[0])
+        return 2
+    TOOL = os.path.abspath(sys.argv[1])
+    if not os.access(TOOL, os.X_OK):
+        print("interop: FAILED: %s is not an executable" % TOOL)
+        return 1
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="favor-interop-") as work:
+        agreement(work)
+        behaviour(work)
+        failures(work)
+    worst = max(RESULTS, key=lambda r: r[1] / r[2]) if RESULTS else None
+    summary = "%d comparisons with torch" % len(RESULTS)
+    if worst:
+        summary += " (largest: %s, %.1f%% of its tolerance)" % (worst[0], 100 * worst[1] / worst[2])
+    summary += ", %d failure cases, %.1f s" % (NEGATIVE, time.time() - t0)
+    if FAILURES:
+        print("interop: FAILED (%d problems): %s" % (len(FAILURES), summary))
+        return 1
+    print("interop: PASSED: " + summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
