@@ -963,13 +963,47 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
     }
 }
 
+/* Staircase products, the causal mask inside a tile or chunk: C (M x N) += A B
+ * (A as in favor__gemm) where row i of C takes only the terms j < hi(i)
+ * (lower) or j >= lo(i) (upper), the bound being clamp(base + i, 0, K). Each
+ * block of MR rows multiplies the terms all its rows take in register tiles and
+ * the rest term by term, so a row never multiplies a term it does not take: a
+ * NaN or inf there (a later token's) cannot reach it through a zero weight. */
+static size_t favor__stair(ptrdiff_t base, size_t i, size_t K)
+{
+    ptrdiff_t b = base + (ptrdiff_t)i;
+    return b <= 0 ? 0 : (size_t)b >= K ? K : (size_t)b;
+}
+
+static void favor__gemm_stair(size_t M, size_t N, size_t K, int upper, ptrdiff_t base,
+                              const float *A, size_t lda, size_t csa, const float *B,
+                              size_t ldb, float *C, size_t ldc)
+{
+    size_t i0, i, j;
+    for (i0 = 0; i0 < M; i0 += FAVOR__MR) {
+        size_t mr = M - i0 < FAVOR__MR ? M - i0 : FAVOR__MR;
+        /* the terms every row of the block takes: [0, common) or [common, K) */
+        size_t common = favor__stair(base, upper ? i0 + mr - 1 : i0, K);
+        if (upper && common < K)
+            favor__gemm(mr, N, K - common, A + i0 * lda + common * csa, lda, csa,
+                        B + common * ldb, ldb, C + i0 * ldc, ldc, 1);
+        else if (!upper && common)
+            favor__gemm(mr, N, common, A + i0 * lda, lda, csa, B, ldb, C + i0 * ldc, ldc, 1);
+        for (i = i0; i < i0 + mr; ++i) {
+            size_t lo = upper ? favor__stair(base, i, K) : common;
+            size_t hi = upper ? common : favor__stair(base, i, K);
+            for (j = lo; j < hi; ++j) favor__axpy(C + i * ldc, A[i * lda + j * csa], B + j * ldb, N);
+        }
+    }
+}
+
 /* The causal products inside a chunk, where row i needs columns (or terms)
  * j <= i only, by row blocks of MR:
  * favor__gemm_lower: C (M x M) = A B (A row-major, M x K), each row block computed
  * up to its last column rounded up to whole vectors, and every C_ij with j > i
  * set to 0. favor__gemm_tri: C (M x N) += L B with L = A (M x M) lower triangular,
  * or (upper) L = A upper triangular, e.g. the transpose of a lower one read with
- * lda = 1: a row block multiplies only the rows of B its nonzero terms reach. */
+ * lda = 1: a staircase whose steps are the diagonal. */
 static void favor__gemm_lower(size_t M, size_t K, const float *A, size_t lda, const float *B,
                               size_t ldb, float *C, size_t ldc)
 {
@@ -987,15 +1021,7 @@ static void favor__gemm_lower(size_t M, size_t K, const float *A, size_t lda, co
 static void favor__gemm_tri(size_t M, size_t N, int upper, const float *A, size_t lda,
                             size_t csa, const float *B, size_t ldb, float *C, size_t ldc)
 {
-    size_t i0;
-    for (i0 = 0; i0 < M; i0 += FAVOR__MR) {
-        size_t mr = M - i0 < FAVOR__MR ? M - i0 : FAVOR__MR;
-        if (upper)
-            favor__gemm(mr, N, M - i0, A + i0 * lda + i0 * csa, lda, csa, B + i0 * ldb, ldb,
-                        C + i0 * ldc, ldc, 1);
-        else
-            favor__gemm(mr, N, i0 + mr, A + i0 * lda, lda, csa, B, ldb, C + i0 * ldc, ldc, 1);
-    }
+    favor__gemm_stair(M, N, M, upper, upper ? 0 : 1, A, lda, csa, B, ldb, C, ldc);
 }
 
 /* dst[c][r] = src[r][c] for an R x Cn block: whole W x W blocks with the
@@ -1227,7 +1253,7 @@ static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, siz
             float inv = 1.0f / (float)sqrt((double)m);
             for (l = 0; l < m; ++l) {
                 float a = u[l] * sqs;
-                u[l] = (a > 0.0f ? a : 0.0f) * inv + 1e-3f;
+                u[l] = (a < 0.0f ? 0.0f : a) * inv + 1e-3f; /* NaN stays NaN */
             }
             r[i] = 0.0f;
             break;
@@ -1852,6 +1878,15 @@ static size_t favor__visible(size_t i, size_t n, size_t nk)
     return a < nk ? a : nk;
 }
 
+/* a - b as the signed base of a causal staircase (favor__gemm_stair): row r of
+ * a query block at i0 takes the keys j0 + j with j < (i0 + 1 + nk) - (n + j0) + r;
+ * key row j takes the query rows r >= (j0 + n) - (nk + i0) + j. Sizes of valid
+ * tensors are below PTRDIFF_MAX. */
+static ptrdiff_t favor__causal_base(size_t a, size_t b)
+{
+    return a >= b ? (ptrdiff_t)(a - b) : -(ptrdiff_t)(b - a);
+}
+
 /* Qt = (s Q_block)^T, d x BQ, the lanes past the nq rows zero */
 static void favor__softmax_qt(const float *Q, size_t ldq, size_t nq, size_t d, float s, float *Qt)
 {
@@ -1935,7 +1970,11 @@ static void favor__softmax_block(const float *Q, size_t ldq, const float *K, siz
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
         for (r = 0; r < nq; ++r)
             if (alpha[r] != 1.0f) favor__scal(O + (i0 + r) * ldo, alpha[r], dv);
-        favor__gemm(nq, dv, nb, St, 1, BQ, V + j0 * ldv, ldv, O + i0 * ldo, ldo, 1);
+        if (causal) /* row r takes keys j0 + j < visible(i0 + r) */
+            favor__gemm_stair(nq, dv, nb, 0, favor__causal_base(i0 + 1 + nk, n + j0), St, 1,
+                              BQ, V + j0 * ldv, ldv, O + i0 * ldo, ldo);
+        else
+            favor__gemm(nq, dv, nb, St, 1, BQ, V + j0 * ldv, ldv, O + i0 * ldo, ldo, 1);
     }
     for (r = 0; r < nq; ++r) { /* a row that saw no key stays zero */
         if (l[r] > 0.0) favor__scal(O + (i0 + r) * ldo, (float)(1.0 / l[r]), dv);
@@ -2569,11 +2608,22 @@ static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K,
         size_t j, nb = kend - j0 < BK ? kend - j0 : BK;
         favor__softmax_scores(K, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
         for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, L, BQ); /* P^T */
-        favor__gemm(nb, dv, nq, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv, lddv, 1);
         favor__gemm(nb, BQ, dv, V + j0 * ldv, ldv, 1, Gt, BQ, dPt, BQ, 0);
         for (j = 0; j < nb; ++j) favor__dsoftmax(dPt + j * BQ, St + j * BQ, D, s, BQ);
-        favor__gemm(nq, d, nb, dPt, 1, BQ, K + j0 * ldk, ldk, DQ + i0 * lddq, lddq, 1);
-        favor__gemm(nb, d, nq, dPt, BQ, 1, Q + i0 * ldq, ldq, DK + j0 * lddk, lddk, 1);
+        if (causal) { /* query row r and key j0 + j meet only when r sees the key */
+            ptrdiff_t rows = favor__causal_base(i0 + 1 + nk, n + j0);
+            ptrdiff_t keys = favor__causal_base(j0 + n, nk + i0);
+            favor__gemm_stair(nb, dv, nq, 1, keys, St, BQ, 1, G + i0 * ldg, ldg,
+                              DV + j0 * lddv, lddv);
+            favor__gemm_stair(nq, d, nb, 0, rows, dPt, 1, BQ, K + j0 * ldk, ldk,
+                              DQ + i0 * lddq, lddq);
+            favor__gemm_stair(nb, d, nq, 1, keys, dPt, BQ, 1, Q + i0 * ldq, ldq,
+                              DK + j0 * lddk, lddk);
+        } else {
+            favor__gemm(nb, dv, nq, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv, lddv, 1);
+            favor__gemm(nq, d, nb, dPt, 1, BQ, K + j0 * ldk, ldk, DQ + i0 * lddq, lddq, 1);
+            favor__gemm(nb, d, nq, dPt, BQ, 1, Q + i0 * ldq, ldq, DK + j0 * lddk, lddk, 1);
+        }
     }
 }
 
