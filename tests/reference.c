@@ -427,3 +427,37 @@ void ref_linear_backward(const favor_features *f, const double *q, const double 
     free(o);
     free(u);
 }
+
+void ref_weights(const favor_features *f, const double *qi, const double *K, size_t vis,
+                 size_t d, double scale, double *p)
+{
+    size_t width, j, l;
+    double *pq, *pk, *lc, *u, C = -HUGE_VAL, den = 0, lq;
+    if (vis == 0) return;
+    if (!f) {
+        ref_softmax_probs(qi, K, vis, d, scale == 0 ? 1.0 / sqrt((double)d) : scale, p);
+        return;
+    }
+    if (scale == 0) scale = f->scale;
+    width = ref_width(f);
+    pq = (double *)ref_alloc(width, sizeof *pq);
+    pk = (double *)ref_alloc(vis * width, sizeof *pk);
+    lc = (double *)ref_alloc(vis, sizeof *lc);
+    u = (double *)ref_alloc(f->count ? f->count : 1, sizeof *u);
+    ref_feature_row(f, qi, scale, pq, u, &lq);
+    for (j = 0; j < vis; ++j) {
+        ref_feature_row(f, K + j * f->dim, scale, pk + j * width, u, &lc[j]);
+        if (lc[j] > C) C = lc[j];
+    }
+    for (j = 0; j < vis; ++j) {
+        double a = 0;
+        for (l = 0; l < width; ++l) a += pq[l] * pk[j * width + l];
+        p[j] = a * exp(lc[j] - C);
+        den += p[j];
+    }
+    for (j = 0; j < vis; ++j) p[j] = den != 0 ? p[j] / den : 0.0;
+    free(pq);
+    free(pk);
+    free(lc);
+    free(u);
+}

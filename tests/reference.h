@@ -57,4 +57,13 @@ void ref_linear_backward(const favor_features *f, const double *q, const double 
                          double *dv, size_t hq, size_t hkv, size_t n, size_t nk,
                          size_t dv_cols, double scale, int causal);
 
+/* Attention weights of one query row (appended for tests/test_stress.c): p[j],
+ * j < vis, the normalized weights row qi (d doubles) gives the first vis rows of
+ * K (vis x d): softmax(scale qi.k_j) when f is NULL (scale 0 = 1/sqrt(d)), else
+ * a_j / sum a with a_j = phi(qi).phi(k_j) for f's map (scale 0 = f->scale; the
+ * rows stabilized as in ref_linear, so large inputs do not overflow). All p are 0
+ * when the denominator is. */
+void ref_weights(const favor_features *f, const double *qi, const double *K, size_t vis,
+                 size_t d, double scale, double *p);
+
 #endif
