@@ -81,6 +81,10 @@
  *     FAVOR+ and the other random
  *     feature maps, same W         max |error| <= 1e-4 * max|O_ref|
  *     causal: block, extend and step forms agree within 1e-5 relative.
+ *     long sequences: the running sums S, z are compensated (Kahan), so they do
+ *     not drift with length: after 10^7 recurrent tokens the outputs are within
+ *     3e-7 * max|V| (elu+1) and 8e-7 * max|O_ref| (FAVOR+) of a float64
+ *     recurrence (plain fp32 sums drifted to 1e-2; tests/long_recurrence.c).
  *     backward passes (dq, dk, dv), every method, causal or not: max |error| <=
  *     1e-4 * max|gradient| against a float64 analytic backward, <= 1e-3 against
  *     central finite differences of the float64 forward.
@@ -100,6 +104,11 @@
  * per-row log-sum-exp (favor_options.lse, written by the forward on request);
  * causal linear attention runs a forward pass of prefix sums and a reverse pass
  * of suffix sums ("Transformers are RNNs" 3.3.1), O(width d_v) state per head.
+ * For softmax and the maps with positive features (ELU1, RELU, POSITIVE,
+ * HYPERBOLIC) the gradients are finite whenever the forward output is, however
+ * small a row's denominator (every attention weight is in [0, 1], so |dv_j| <=
+ * sum |dout_i| over the rows that see key j, up to rounding); where feature
+ * products underflow, the gradients are as coarse as the forward.
  *
  * THREADS. Compiled with OpenMP (-fopenmp), softmax attention splits query blocks
  * and linear attention/extend and the backward passes split key/value heads over
@@ -120,6 +129,9 @@
  *     0.1  forward passes: softmax, elu+1, FAVOR+ and friends; recurrent state;
  *          scalar, AVX2+FMA and NEON backends.
  *     0.2  backward passes; favor_options.lse; faster causal linear attention.
+ *     0.3  compensated state sums (favor_state_floats grows: 2*width*(dv+1) per
+ *          head); NaN/inf in a later token no longer reaches earlier rows;
+ *          finite gradients for large inputs; interleaved outputs accepted.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -379,9 +391,11 @@ typedef struct {
     float *z;            /* heads x width                           */
     float *c;            /* heads: log-scale of s and z             */
     float *scratch;      /* 3*width + 5: used by favor_linear_step  */
+    float *comp;         /* heads x width x (dv+1): the rounding
+                            errors of s and z (compensated sums)    */
 } favor_state;
 
-/* Floats of storage a state needs: heads*(width*(dv+1) + 1) + 3*width + 5,
+/* Floats of storage a state needs: heads*(2*width*(dv+1) + 1) + 3*width + 5,
  * constant in the number of tokens. Returns 0 for arguments favor_state_init
  * would reject. O(1). */
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv);
@@ -2052,7 +2066,9 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
 
 typedef struct {
     float *kf, *kt, *qf, *a, *rk, *mk, *rq, *g;
-    size_t cap; /* C: rows of the chunk buffers */
+    float *comp; /* the rounding errors of the state it absorbs into, or NULL */
+    float *tile; /* width x d_v: a chunk's sums before they join the state     */
+    size_t cap;  /* C: rows of the chunk buffers */
 } favor__chunk;
 
 static size_t favor__chunk_floats(size_t C, size_t w) { return 3 * C * w + C * C + 4 * C; }
@@ -2060,6 +2076,7 @@ static size_t favor__chunk_floats(size_t C, size_t w) { return 3 * C * w + C * C
 static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
 {
     cb->cap = C;
+    cb->comp = cb->tile = NULL;
     cb->kf = p; p += C * w;
     cb->kt = p; p += w * C;
     cb->qf = p; p += C * w;
@@ -2070,20 +2087,72 @@ static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
     cb->g = p;
 }
 
-/* S, z (scaled by exp(-*c)) += the chunk whose features kf (nr x width) are
- * stabilized at mnew; c becomes mnew. */
-static void favor__state_add(const favor__map *mp, float *S, float *z, float *c, float mnew,
-                             const float *kf, const float *V, size_t ldv, size_t nr, size_t dv)
+/* Compensated (Kahan) addition s += t, e holding what rounding took from s: a
+ * running sum of n terms then errs by O(eps), not O(n eps) (a state that has
+ * absorbed 10^7 tokens drifts by 1e-6, not 1e-2; tests/long_recurrence.c). */
+static void favor__kahan_add(float *s, float *e, const float *t, size_t n)
 {
-    size_t j, w = mp->width;
+    size_t i, nv = n - n % FAVOR__W;
+    for (i = 0; i < nv; i += FAVOR__W) {
+        favor__vf y = favor__v_sub(favor__v_load(t + i), favor__v_load(e + i));
+        favor__vf sv = favor__v_load(s + i), u = favor__v_add(sv, y);
+        favor__v_store(e + i, favor__v_sub(favor__v_sub(u, sv), y));
+        favor__v_store(s + i, u);
+    }
+    for (i = nv; i < n; ++i) {
+        float y = t[i] - e[i], u = s[i] + y;
+        e[i] = (u - s[i]) - y;
+        s[i] = u;
+    }
+}
+
+/* s += a x compensated, as favor__kahan_add with t = a x */
+static void favor__kahan_axpy(float *s, float *e, float a, const float *x, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    favor__vf va = favor__v_set1(a);
+    for (i = 0; i < nv; i += FAVOR__W) {
+        favor__vf y = favor__v_sub(favor__v_mul(va, favor__v_load(x + i)), favor__v_load(e + i));
+        favor__vf sv = favor__v_load(s + i), u = favor__v_add(sv, y);
+        favor__v_store(e + i, favor__v_sub(favor__v_sub(u, sv), y));
+        favor__v_store(s + i, u);
+    }
+    for (i = nv; i < n; ++i) {
+        float y = a * x[i] - e[i], u = s[i] + y;
+        e[i] = (u - s[i]) - y;
+        s[i] = u;
+    }
+}
+
+/* S, z (scaled by exp(-*c)) += the chunk whose features kf (nr x width) are
+ * stabilized at mnew; c becomes mnew. With E (width x (dv+1): the errors of S
+ * and z) the chunk's sums are formed in T (width x dv; one token: rank 1) and
+ * added compensated. */
+static void favor__state_add(const favor__map *mp, float *S, float *z, float *c, float mnew,
+                             const float *kf, const float *V, size_t ldv, size_t nr, size_t dv,
+                             float *E, float *T)
+{
+    size_t j, r, w = mp->width;
     if (*c != mnew) {
         float e = favor__s_exp(*c - mnew);
         favor__scal(S, e, w * dv);
         favor__scal(z, e, w);
+        if (E) favor__scal(E, e, w * (dv + 1));
         *c = mnew;
     }
-    favor__gemm(w, dv, nr, kf, 1, w, V, ldv, S, dv, 1); /* S += kf^T V, kf read in place */
-    for (j = 0; j < nr; ++j) favor__vadd(z, kf + j * w, w);
+    if (!E) {
+        favor__gemm(w, dv, nr, kf, 1, w, V, ldv, S, dv, 1); /* S += kf^T V, kf read in place */
+        for (j = 0; j < nr; ++j) favor__vadd(z, kf + j * w, w);
+    } else if (nr == 1) { /* S += kf v^T, z += kf */
+        for (r = 0; r < w; ++r) favor__kahan_axpy(S + r * dv, E + r * dv, kf[r], V, dv);
+        favor__kahan_add(z, E + w * dv, kf, w);
+    } else {
+        memcpy(T, kf, w * sizeof(float));
+        for (j = 1; j < nr; ++j) favor__vadd(T, kf + j * w, w);
+        favor__kahan_add(z, E + w * dv, T, w);
+        favor__gemm(w, dv, nr, kf, 1, w, V, ldv, T, dv, 0);
+        favor__kahan_add(S, E, T, w * dv);
+    }
 }
 
 /* absorb nr (<= C) keys, no outputs */
@@ -2097,7 +2166,7 @@ static void favor__lin_absorb(const favor__map *mp, float *S, float *z, float *c
     mnew = favor__s_max(favor__maxval(cb->rk, nr), *c);
     for (j = 0; j < nr; ++j) cb->mk[j] = mnew;
     favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
-    favor__state_add(mp, S, z, c, mnew, cb->kf, V, ldv, nr, dv);
+    favor__state_add(mp, S, z, c, mnew, cb->kf, V, ldv, nr, dv, cb->comp, cb->tile);
 }
 
 /* The denominator a row is divided by under the rules of the manual (TRIG:
@@ -2201,7 +2270,7 @@ static void favor__chunk_absorb(const favor__map *mp, float *S, float *z, float 
         favor__exp_add(cb->g, cb->mk, -mrun, nr);
         for (j = 0; j + 1 < nr; ++j) favor__scal(cb->kf + j * w, cb->g[j], w);
     }
-    favor__state_add(mp, S, z, c, mrun, cb->kf, V, ldv, nr, dv);
+    favor__state_add(mp, S, z, c, mrun, cb->kf, V, ldv, nr, dv, cb->comp, cb->tile);
 }
 
 /* causal chunk: nr (<= C) aligned query rows and keys, then absorb the keys */
@@ -2276,10 +2345,13 @@ static favor_status favor__check_linear(const favor_features *f, const favor_ten
 static size_t favor__linear_floats(const favor_features *f, size_t dv, int with_state)
 {
     size_t w = favor__width(f->kernel, f->dim, f->count), n = 0, t;
-    if (with_state && (!favor__mul_ok(w, dv + 1, &n))) return 0;
+    if (with_state && (!favor__mul_ok(w, dv + 1, &n) || !favor__mul_ok(n, 2, &n)))
+        return 0; /* S, z and their errors */
     if (w > SIZE_MAX / 4 / FAVOR__CHUNK) return 0;
     t = favor__chunk_floats(FAVOR__CHUNK, w);
-    if (!favor__add_ok(n, t, &n) || n > SIZE_MAX / sizeof(float)) return 0;
+    if (!favor__add_ok(n, t, &n)) return 0;
+    if (!favor__mul_ok(w, dv, &t) || !favor__add_ok(n, t, &n)) return 0; /* the tile */
+    if (n > SIZE_MAX / sizeof(float)) return 0;
     return n;
 }
 
@@ -2315,8 +2387,10 @@ static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
     float *S = ws, *z = ws + w * dv, c = -INFINITY;
     favor__chunk cb;
     favor__qgroup qg;
-    favor__chunk_carve(&cb, ws + w * (dv + 1), FAVOR__CHUNK, w);
-    memset(S, 0, w * (dv + 1) * sizeof(float));
+    favor__chunk_carve(&cb, ws + 2 * w * (dv + 1), FAVOR__CHUNK, w);
+    cb.comp = ws + w * (dv + 1);
+    cb.tile = ws + 2 * w * (dv + 1) + favor__chunk_floats(FAVOR__CHUNK, w);
+    memset(S, 0, 2 * w * (dv + 1) * sizeof(float)); /* S, z, their errors */
     qg.Q = q->data + g * grp * q->head_stride;
     qg.qhs = q->head_stride;
     qg.ldq = q->row_stride;
@@ -2397,7 +2471,7 @@ FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_
     size_t w, n, t;
     if (favor__check_features(f) != FAVOR_OK || !heads || !dv) return 0;
     w = favor__width(f->kernel, f->dim, f->count);
-    if (!favor__mul_ok(w, dv + 1, &n) || !favor__add_ok(n, 1, &n) ||
+    if (!favor__mul_ok(w, dv + 1, &n) || !favor__mul_ok(n, 2, &n) || !favor__add_ok(n, 1, &n) ||
         !favor__mul_ok(n, heads, &n) || w > SIZE_MAX / 8 ||
         !favor__add_ok(n, favor__chunk_floats(1, w), &n) || n > SIZE_MAX / sizeof(float))
         return 0;
@@ -2411,6 +2485,7 @@ FAVOR_API void favor_state_reset(favor_state *st)
     if (!st || !st->s) return;
     memset(st->s, 0, st->heads * st->width * st->dv * sizeof(float));
     memset(st->z, 0, st->heads * st->width * sizeof(float));
+    memset(st->comp, 0, st->heads * st->width * (st->dv + 1) * sizeof(float));
     for (h = 0; h < st->heads; ++h) st->c[h] = -INFINITY;
     st->tokens = 0;
 }
@@ -2435,6 +2510,7 @@ FAVOR_API favor_status favor_state_init(favor_state *st, const favor_features *f
     st->z = st->s + heads * w * dv;
     st->c = st->z + heads * w;
     st->scratch = st->c + heads;
+    st->comp = st->scratch + favor__chunk_floats(1, w);
     favor_state_reset(st);
     return FAVOR_OK;
 }
@@ -2449,7 +2525,7 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
     size_t floats;
     if (!st) return FAVOR_E_NULL;
     if ((s = favor__check_linear(f, q, k, v, out, opts, sh)) != FAVOR_OK) return s;
-    if (!st->s || !st->z || !st->c || !st->scratch) return FAVOR_E_NULL;
+    if (!st->s || !st->z || !st->c || !st->scratch || !st->comp) return FAVOR_E_NULL;
     if (st->kernel != f->kernel || st->dim != f->dim ||
         st->width != favor__width(f->kernel, f->dim, f->count) || sh->nk != sh->n ||
         sh->hkv != st->heads || sh->dv != st->dv)
@@ -2478,6 +2554,7 @@ static void favor__extend_head(const favor__map *mp, favor_state *st, const favo
     qg.ohs = out->head_stride;
     qg.ldo = out->row_stride;
     qg.count = grp;
+    cb->comp = st->comp + g * w * (st->dv + 1);
     favor__lin_causal_run(mp, st->s + g * w * st->dv, st->z + g * w, st->c + g,
                           k->data + g * k->head_stride, k->row_stride,
                           v->data + g * v->head_stride, v->row_stride, q->rows, st->dv, qg, cb);
@@ -2521,7 +2598,9 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
 #endif
     for (g = 0; g < (long)st->heads; ++g) {
         favor__chunk cb;
-        favor__chunk_carve(&cb, ws + FAVOR__TID() * slice, FAVOR__CHUNK, st->width);
+        float *mine = ws + FAVOR__TID() * slice;
+        favor__chunk_carve(&cb, mine, FAVOR__CHUNK, st->width);
+        cb.tile = mine + favor__chunk_floats(FAVOR__CHUNK, st->width);
         favor__extend_head(&mp, st, q, k, v, out, (size_t)g, &cb);
     }
     st->tokens += sh.n;
@@ -2699,22 +2778,33 @@ FAVOR_API favor_status favor_softmax_attention_backward(
  *     dv_j      = sum_{i that see j} (phi(q_i) . phi(k_j)) dnum_i
  * The output itself is never formed: with u_i = S dout_i, dout_i . o_i =
  * phi(q_i) . u_i / den_i and S dnum_i = u_i / den_i.
- * Non-causal: the state (S, z) of every key gives dphi(q_i) = (u_i - (dout_i.o_i)
- * z) / den_i row by row while R = sum_i phi(q_i) dnum_i^T and rz = sum_i phi(q_i)
- * dden_i accumulate; a second pass over the keys gives dphi(k_j) = R v_j + rz and
- * dv_j = R^T phi(k_j). The key stabilizer c is common to every term. Products with
- * S^T or R^T are formed transposed (S times dO^T, R times V^T) and transposed back,
- * O(width) per row, so no transposed state is kept: 10 width d_v FLOP per token
- * against the forward's 4, plus three feature maps and two map backwards.
+ * No 1/den_i is ever formed alone: a stabilized den_i can be subnormal (every
+ * feature product nearly underflowed) while the gradients stay bounded (positive
+ * features: every a_ij = phi(q_i).phi(k_j) / den_i is in [0, 1]). Queries: a row's
+ * den_i dphi(q_i) = u_i - (dout_i . o_i) z (+ the intra-chunk terms) is bounded,
+ * the map backward is linear in dphi, and the row of dq is divided by den_i last.
+ * Keys: the row i of the sums R = sum_i phi(q_i) dnum_i^T, rz = sum_i phi(q_i)
+ * dden_i gets the weight sign(den_i) exp(lam - l_i) in place of 1/den_i, with
+ * l_i = m_i + log|den_i| (m_i the row's key scale; kept as the pair (m_i,
+ * log|den_i|), which survives a huge m_i) and lam the smallest l_i so far (R, rz
+ * rescaled when lam falls), so every weight is at most 1; key j, its
+ * features at scale r_j, is multiplied by exp(r_j - lam) at the end, in three
+ * steps when that factor overflows (favor__bwd_keys_finish; for the exponential
+ * maps applied to phi(k_j) * dphi(k_j), the bounded product the map backward
+ * reads).
+ * Non-causal: the state (S, z) of every key gives den_i dphi(q_i) row by row
+ * while R and rz accumulate (m_i = 0: the key stabilizer c is common to every
+ * term and cancels); a second pass over the keys gives dphi(k_j) = R v_j + rz and
+ * dv_j = R^T phi(k_j), times exp(-lam) (r_j = 0). Products with S^T or R^T are
+ * formed transposed (S times dO^T, R times V^T) and transposed back, O(width) per
+ * row, so no transposed state is kept: 10 width d_v FLOP per token against the
+ * forward's 4, plus three feature maps and two map backwards.
  * Causal: a forward pass over the chunks recomputes the forward's scores (key j
  * at the running maximum m_j, row i at m_i) and writes dq, with the intra-chunk
- * term b_ij = (v'_j . dnum'_i) exp(m_j - m_i), j <= i. A row keeps (den_i, m_i,
- * dout_i . o_i) for the reverse pass, which walks the chunks backwards with R =
- * sum_{i >= chunk} phi(q_i) dnum'_i^T: a key uses its own log-scale r_j as
- * stabilizer, a row the weight sign(den_i) exp(lam - l_i) with l_i = m_i +
- * log|den_i| and lam the smallest l_i so far (R is rescaled when lam falls), so
- * every weight is at most 1; key j's sums are multiplied by exp(r_j - lam) at the
- * end. Keys all rows see (n_k > n) take the final R. */
+ * term den_i b_ij = (v_j . dout_i - dout_i . o_i) exp(m_j - m_i), j <= i. A row
+ * keeps (den_i, m_i, dout_i . o_i) for the reverse pass, which walks the chunks
+ * backwards with R = sum_{i >= chunk} phi(q_i) dnum'_i^T (weighted as above), a
+ * key at its own log-scale r_j. Keys all rows see (n_k > n) take the final R. */
 typedef struct {
     float *S, *z;          /* forward state, width x dv, width             */
     float *R, *rz;         /* reverse sums, same shapes                    */
@@ -2832,18 +2922,112 @@ static void favor__bwd_keys_own(const favor__map *mp, favor__bwd *b, const float
     favor__transpose(nr, dv, V, ldv, b->vt, FAVOR__CHUNK);
 }
 
-/* keys multiplied back to their true scale exp(r_j - lam), then dk */
-static void favor__bwd_keys_finish(const favor__map *mp, favor__bwd *b, float lam,
-                                   const float *K, size_t ldk, float *DK, size_t lddk, float *DV,
-                                   size_t lddv, size_t nr, size_t dv)
+/* The log-scale of a row, l_i = m_i + log|den_i| (den_i at key scale m_i), and
+ * lam are kept as pairs (m, log|den|): a small log|den| survives a huge m, and
+ * differences of pairs are differences of nearby floats. log|den| = +inf: a zero
+ * row (weight 0), or no rows yet. */
+static float favor__bwd_logden(float den) { return den != 0.0f ? logf(fabsf(den)) : INFINITY; }
+
+/* lo = the least of lo and the l_i of nr rows (den_i, m_i, dout_i . o_i) at ri + 3 i */
+static void favor__bwd_min(const float *ri, size_t nr, float *lo)
 {
-    size_t j, w = mp->width;
-    for (j = 0; j < nr; ++j) {
-        float e = lam < INFINITY ? favor__s_exp(b->cb.rk[j] - lam) : 0.0f;
-        favor__scal(DV + j * lddv, e, dv);
-        favor__scal(b->dphi + j * w, e, w);
+    size_t i;
+    for (i = 0; i < nr; ++i, ri += 3) {
+        float ld = favor__bwd_logden(ri[0]);
+        if (ld < INFINITY && (lo[1] == INFINITY || (ri[1] - lo[0]) + (ld - lo[1]) < 0.0f)) {
+            lo[0] = ri[1];
+            lo[1] = ld;
+        }
     }
-    favor__phi_backward(mp, K, ldk, nr, b->cb.kf, w, b->dphi, w, DK, lddk, b->sums);
+}
+
+/* lam (the scale of R, rz) falls to lo when lo is smaller, R and rz rescaled, so
+ * that every row weight exp(lam - l_i) stays <= 1 */
+static void favor__bwd_lower(const favor__map *mp, favor__bwd *b, const float *lo, float *lam,
+                             size_t dv)
+{
+    if (lo[1] == INFINITY) return;
+    if (lam[1] < INFINITY) {
+        float x = (lo[0] - lam[0]) + (lo[1] - lam[1]), e;
+        if (!(x < 0.0f)) return;
+        e = favor__s_exp(x);
+        favor__scal(b->R, e, mp->width * dv);
+        favor__scal(b->rz, e, mp->width);
+    }
+    lam[0] = lo[0];
+    lam[1] = lo[1];
+}
+
+/* dnum_i = w_i dout_i and dden_i = -w_i (dout_i . o_i), w_i = sign(den_i)
+ * exp(lam - l_i), for nr rows (den_i, m_i, dout_i . o_i) at ri + 3 i */
+static void favor__bwd_weigh(favor__bwd *b, const float *ri, const float *G, size_t ldg,
+                             size_t nr, size_t dv, const float *lam)
+{
+    size_t i;
+    for (i = 0; i < nr; ++i, ri += 3) {
+        float wi;
+        if (ri[0] == 0.0f) { /* a zero row: no gradient */
+            memset(b->dnum + i * dv, 0, dv * sizeof(float));
+            b->dden[i] = 0.0f;
+            continue;
+        }
+        wi = favor__s_exp((lam[0] - ri[1]) + (lam[1] - favor__bwd_logden(ri[0])));
+        if (ri[0] < 0.0f) wi = -wi;
+        memcpy(b->dnum + i * dv, G + i * ldg, dv * sizeof(float));
+        favor__scal(b->dnum + i * dv, wi, dv);
+        b->dden[i] = -ri[2] * wi;
+    }
+}
+
+/* dq of nr rows from den_i dphi(q_i) in b->dphi (overwritten; the map backward is
+ * linear in dphi), divided by den_i (b->den) at the end: den_i dphi(q_i) stays
+ * bounded when den_i is tiny, dphi(q_i) alone need not be representable. */
+static void favor__bwd_query_grad(const favor__map *mp, favor__bwd *b, const float *Q,
+                                  size_t ldq, float *DQ, size_t lddq, size_t nr)
+{
+    size_t i, w = mp->width;
+    favor__phi_backward(mp, Q, ldq, nr, b->cb.qf, w, b->dphi, w, DQ, lddq, b->sums);
+    for (i = 0; i < nr; ++i)
+        if (b->den[i] != 0.0f) favor__divs(DQ + i * lddq, b->den[i], mp->d);
+}
+
+/* Keys multiplied back to their true scale exp(r_j - lam) (r NULL: r_j = 0), then
+ * dk. The factor can overflow while the sums it multiplies have underflowed
+ * (their product, a bounded gradient, is finite): past exp(88) it is applied as
+ * exp(a/3) three times, every partial product at most the final one, with a
+ * capped at 240 so a zero sum stays 0 (no nonzero float times exp(a > 192) is
+ * finite, so the sum is 0 there) instead of inf * 0. dv_j and, for the
+ * exponential maps, p = phi(k_j) * dphi(k_j) are bounded (p_l is feature l's
+ * share of the weights a_ij, times v'_j . dnum'_i), dphi(k_j) alone is not: there
+ * p is formed first, and the map backward reads it against features of 1. */
+static void favor__bwd_keys_finish(const favor__map *mp, favor__bwd *b, const float *lam,
+                                   const float *r, const float *K, size_t ldk, float *DK,
+                                   size_t lddk, float *DV, size_t lddv, size_t nr, size_t dv)
+{
+    size_t j, k, w = mp->width, ldp = w;
+    int pre = mp->kernel == FAVOR_POSITIVE || mp->kernel == FAVOR_HYPERBOLIC;
+    const float *phi = b->cb.kf;
+    if (pre) { /* one row of ones (in b->tw, free here), read for every key */
+        for (k = 0; k < w; ++k) b->tw[k] = 1.0f;
+        phi = b->tw;
+        ldp = 0;
+    }
+    for (j = 0; j < nr; ++j) {
+        float a = ((r ? r[j] : 0.0f) - lam[0]) - lam[1], e = 0.0f;
+        int steps = 1;
+        if (a > 88.0f) {
+            e = favor__s_exp((a < 240.0f ? a : 240.0f) / 3.0f);
+            steps = 3;
+        } else if (lam[1] < INFINITY) {
+            e = favor__s_exp(a);
+        }
+        if (pre) favor__vmul(b->dphi + j * w, b->cb.kf + j * w, w);
+        for (k = 0; k < (size_t)steps; ++k) {
+            favor__scal(DV + j * lddv, e, dv);
+            favor__scal(b->dphi + j * w, e, w);
+        }
+    }
+    favor__phi_backward(mp, K, ldk, nr, phi, ldp, b->dphi, w, DK, lddk, b->sums);
 }
 
 typedef struct {
@@ -2857,7 +3041,7 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
     size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j0;
     const float *K = x->k->data + hk * x->k->head_stride, *V = x->v->data + hk * x->v->head_stride;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
-    float c = -INFINITY;
+    float c = -INFINITY, lam[2] = { 0.0f, INFINITY };
     memset(b->S, 0, (2 * w * dv + 2 * w) * sizeof(float)); /* S, z, R, rz */
     for (j0 = 0; j0 < sh->nk; j0 += C)
         favor__lin_absorb(mp, b->S, b->z, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
@@ -2870,29 +3054,29 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
         size_t ldq = x->q->row_stride, ldg = x->g->row_stride, lddq = x->dq->row_stride;
         for (i = 0; i < sh->n; i += C) {
             size_t r, nr = sh->n - i < C ? sh->n - i : C;
+            float lo[2] = { 0.0f, INFINITY };
             favor__phi_raw(mp, Q + i * ldq, ldq, nr, b->cb.qf, w, b->cb.rq);
             favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
             favor__transpose(nr, dv, G + i * ldg, ldg, b->gt, C);
             favor__bwd_state_times(mp, b, b->S, b->gt, nr, dv, b->dphi); /* u_r = S g_r */
             for (r = 0; r < nr; ++r) {
-                float *u = b->dphi + r * w, *dn = b->dnum + r * dv;
+                float *u = b->dphi + r * w, *ri = b->rows + 3 * r;
                 float den = favor__den_eff(mp, favor__dot(b->cb.qf + r * w, b->z, w));
+                b->den[r] = ri[0] = den;
+                ri[1] = 0.0f; /* m_i: the keys' scale c cancels */
                 if (den == 0.0f) { /* a zero row: no gradient */
-                    b->dden[r] = 0.0f;
-                    memset(dn, 0, dv * sizeof(float));
+                    ri[2] = 0.0f;
                     memset(u, 0, w * sizeof(float));
                     continue;
                 }
-                b->og[r] = favor__dot(b->cb.qf + r * w, u, w) / den; /* dout . o */
-                b->dden[r] = -b->og[r] / den;
-                favor__axpy(u, -b->og[r], b->z, w);
-                favor__divs(u, den, w);
-                memcpy(dn, G + (i + r) * ldg, dv * sizeof(float));
-                favor__divs(dn, den, dv);
+                ri[2] = favor__dot(b->cb.qf + r * w, u, w) / den; /* dout . o */
+                favor__axpy(u, -ri[2], b->z, w); /* den dphi(q_r) */
             }
+            favor__bwd_query_grad(mp, b, Q + i * ldq, ldq, DQ + i * lddq, lddq, nr);
+            favor__bwd_min(b->rows, nr, lo);
+            favor__bwd_lower(mp, b, lo, lam, dv);
+            favor__bwd_weigh(b, b->rows, G + i * ldg, ldg, nr, dv, lam);
             favor__bwd_accumulate(mp, b, nr, dv);
-            favor__phi_backward(mp, Q + i * ldq, ldq, nr, b->cb.qf, w, b->dphi, w,
-                                DQ + i * lddq, lddq, b->sums);
         }
     }
     for (j0 = 0; j0 < sh->nk; j0 += C) {
@@ -2904,8 +3088,8 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
         favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
         favor__transpose(nr, dv, V + j0 * ldv, ldv, b->vt, C);
         favor__bwd_keys_from_sums(mp, b, DV, x->dv->row_stride, nr, dv);
-        favor__phi_backward(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->dphi, w, DK,
-                            x->dk->row_stride, b->sums);
+        favor__bwd_keys_finish(mp, b, lam, NULL, K + j0 * ldk, ldk, DK, x->dk->row_stride, DV,
+                               x->dv->row_stride, nr, dv);
     }
 }
 
@@ -2934,8 +3118,8 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
         favor__gemm_lower(nr, dv, G, ldg, b->vt, C, b->b, C); /* g_i . v_j, j <= i */
         for (i = 0; i < nr; ++i) {
             float *u = b->dphi + i * w, *bi = b->b + i * C, *ai = b->cb.a + i * C;
-            float den = favor__den_eff(mp, b->cb.rq[i]), e, og, dden;
-            *favor__stash_at(sto, kr + i, 3 * t) = den;
+            float den = favor__den_eff(mp, b->cb.rq[i]), e, og;
+            *favor__stash_at(sto, kr + i, 3 * t) = b->den[i] = den;
             *favor__stash_at(sto, kr + i, 3 * t + 1) = b->cb.mk[i];
             if (den == 0.0f) { /* a zero row: no gradient */
                 *favor__stash_at(sto, kr + i, 3 * t + 2) = 0.0f;
@@ -2947,19 +3131,17 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
             og = 0.0f;
             for (j = 0; j <= i; ++j) og += ai[j] * bi[j];
             og = (e * favor__dot(b->cb.qf + i * w, u, w) + og) / den; /* dout . o */
-            dden = -og / den;
             *favor__stash_at(sto, kr + i, 3 * t + 2) = og;
-            favor__scal(u, e / den, w); /* e (S dnum + dden z) */
-            favor__axpy(u, e * dden, b->z, w);
-            for (j = 0; j <= i; ++j) bi[j] = bi[j] / den + dden;
+            favor__scal(u, e, w); /* den dphi(q_i) = e (S g_i - og z) + b_i kf */
+            favor__axpy(u, -e * og, b->z, w);
+            for (j = 0; j <= i; ++j) bi[j] -= og;
             if (rising && i > 0) { /* b_ij *= exp(m_j - m_i) */
                 favor__exp_add(b->cb.g, b->cb.mk, -b->cb.mk[i], i);
                 favor__vmul(bi, b->cb.g, i);
             }
         }
         favor__gemm_tri(nr, w, 0, b->b, C, 1, b->cb.kf, w, b->dphi, w); /* += b kf */
-        favor__phi_backward(mp, Q, ldq, nr, b->cb.qf, w, b->dphi, w, DQ, x->dq->row_stride,
-                            b->sums);
+        favor__bwd_query_grad(mp, b, Q, ldq, DQ, x->dq->row_stride, nr);
     }
     favor__chunk_absorb(mp, b->S, b->z, c, mrun, rising, V, ldv, nr, dv, &b->cb);
 }
@@ -2977,25 +3159,17 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
     const float *V = x->v->data + hk * x->v->head_stride + kr * ldv;
     float *DV = x->dv->data + hk * x->dv->head_stride + kr * lddv;
     float *DK = x->dk->data + hk * x->dk->head_stride + kr * x->dk->row_stride;
-    float lmin = INFINITY;
-    for (t = 0; t < grp; ++t) /* the rows' stash, before their dk/dv rows are written */
+    float lo[2] = { 0.0f, INFINITY };
+    for (t = 0; t < grp; ++t) { /* the rows' stash, before their dk/dv rows are written */
         for (i = 0; i < nr; ++i) {
-            float *ri = b->rows + (t * C + i) * 3, l;
+            float *ri = b->rows + (t * C + i) * 3;
             ri[0] = *favor__stash_at(sto, kr + i, 3 * t);
             ri[1] = *favor__stash_at(sto, kr + i, 3 * t + 1);
             ri[2] = *favor__stash_at(sto, kr + i, 3 * t + 2);
-            l = ri[0] != 0.0f ? ri[1] + logf(fabsf(ri[0])) : INFINITY;
-            ri[1] = l;
-            if (l < lmin) lmin = l;
         }
-    if (lmin < *lam) { /* every weight exp(lam - l_i) stays <= 1 */
-        if (*lam < INFINITY) {
-            float e = favor__s_exp(lmin - *lam);
-            favor__scal(b->R, e, w * dv);
-            favor__scal(b->rz, e, w);
-        }
-        *lam = lmin;
+        favor__bwd_min(b->rows + t * C * 3, nr, lo);
     }
+    favor__bwd_lower(mp, b, lo, lam, dv);
     favor__bwd_keys_own(mp, b, K, ldk, V, ldv, nr, dv);
     favor__bwd_keys_from_sums(mp, b, DV, lddv, nr, dv);
     for (t = 0; t < grp; ++t) {
@@ -3004,14 +3178,7 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
         const float *G = x->g->data + h * x->g->head_stride + r0 * ldg;
         favor__phi_raw(mp, Q, ldq, nr, b->cb.qf, w, b->cb.rq);
         favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
-        for (i = 0; i < nr; ++i) {
-            const float *ri = b->rows + (t * C + i) * 3;
-            float wi = ri[0] == 0.0f ? 0.0f : favor__s_exp(*lam - ri[1]);
-            if (ri[0] < 0.0f) wi = -wi;
-            memcpy(b->dnum + i * dv, G + i * ldg, dv * sizeof(float));
-            favor__scal(b->dnum + i * dv, wi, dv);
-            b->dden[i] = -ri[2] * wi;
-        }
+        favor__bwd_weigh(b, b->rows + t * C * 3, G, ldg, nr, dv, lam);
         /* a = qf kf^T and b_ij = v'_j . dnum'_i (rows i, keys j <= i); key j is
          * seen by rows i >= j: dV += a^T dnum, dphi += b^T qf */
         favor__gemm_lower(nr, w, b->cb.qf, w, b->cb.kt, C, b->cb.a, C);
@@ -3022,7 +3189,8 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
         favor__gemm_tri(nr, w, 1, b->b, 1, C, b->cb.qf, w, b->dphi, w);
         favor__bwd_accumulate(mp, b, nr, dv);
     }
-    favor__bwd_keys_finish(mp, b, *lam, K, ldk, DK, x->dk->row_stride, DV, lddv, nr, dv);
+    favor__bwd_keys_finish(mp, b, lam, b->cb.rk, K, ldk, DK, x->dk->row_stride, DV, lddv, nr,
+                           dv);
 }
 
 /* Causal backward of key/value head hk (see above). */
@@ -3034,7 +3202,7 @@ static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args
     size_t pre = 0, skip = 0, L, t, i, j0, t0, step;
     const float *K = x->k->data + hk * x->k->head_stride, *V = x->v->data + hk * x->v->head_stride;
     float *DK = x->dk->data + hk * x->dk->head_stride, *DV = x->dv->data + hk * x->dv->head_stride;
-    float c = -INFINITY, lam = INFINITY;
+    float c = -INFINITY, lam[2] = { 0.0f, INFINITY };
     favor__stash sto;
     sto.dk = DK;
     sto.dv = DV;
@@ -3063,15 +3231,16 @@ static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args
                                L - t0 < step ? L - t0 : step);
     for (t0 = L ? (L - 1) / step * step + step : 0; t0 > 0;) {
         t0 -= step;
-        favor__bwd_causal_keys(mp, x, sh, hk, b, &sto, &lam, pre + t0, skip + t0,
+        favor__bwd_causal_keys(mp, x, sh, hk, b, &sto, lam, pre + t0, skip + t0,
                                L - t0 < step ? L - t0 : step);
     }
     for (j0 = 0; j0 < pre; j0 += C) { /* keys every row sees: the final sums */
         size_t nr = pre - j0 < C ? pre - j0 : C;
         favor__bwd_keys_own(mp, b, K + j0 * ldk, ldk, V + j0 * ldv, ldv, nr, dv);
         favor__bwd_keys_from_sums(mp, b, DV + j0 * lddv, lddv, nr, dv);
-        favor__bwd_keys_finish(mp, b, lam, K + j0 * ldk, ldk, DK + j0 * x->dk->row_stride,
-                               x->dk->row_stride, DV + j0 * lddv, lddv, nr, dv);
+        favor__bwd_keys_finish(mp, b, lam, b->cb.rk, K + j0 * ldk, ldk,
+                               DK + j0 * x->dk->row_stride, x->dk->row_stride, DV + j0 * lddv,
+                               lddv, nr, dv);
     }
 }
 

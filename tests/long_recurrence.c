@@ -185,6 +185,7 @@ static favor_state state_copy(const favor_state *st, const float *sto, float *st
     c.z = sto2 + (st->z - sto);
     c.c = sto2 + (st->c - sto);
     c.scratch = sto2 + (st->scratch - sto);
+    c.comp = sto2 + (st->comp - sto);
     return c;
 }
 

@@ -851,8 +851,6 @@ static void test_scale_backward(void **state)
 }
 
 /* ---- test_backward_finite ---------------------------------------------------------
- * FAILS against commits ca3f8be and c993bf1 for POSITIVE and HYPERBOLIC;
- * softmax, ELU1 and RELU pass.
  * The manual promises finite outputs for finite inputs up to 1e4. For the
  * gradients there is no excuse either: for softmax and every map with positive
  * features (ELU1, RELU, POSITIVE, HYPERBOLIC) dv_j = sum_i w_ij dout_i with

@@ -1000,7 +1000,7 @@ static void test_state_init(void **state)
     SINIT("state_init: valid ELU1", FAVOR_OK, &Felu, HKV, DV, mem);
 #undef SINIT
     assert_int_equal(favor_state_floats(&F, HKV, DV),
-                     HKV * (M * (DV + 1) + 1) + 3 * M + 5);
+                     HKV * (2 * M * (DV + 1) + 1) + 3 * M + 5);
     assert_int_equal(favor_state_floats(&F, SIZE_MAX / 2, DV), 0);
     assert_int_equal(favor_state_floats(&F, 0, DV), 0);
     assert_int_equal(favor_state_floats(&F, HKV, 0), 0);
