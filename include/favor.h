@@ -38,7 +38,9 @@
  * TENSORS. Every matrix is fp32, viewed as [heads][rows][cols]: element (h, r, c)
  * is data[h*head_stride + r*row_stride + c]. Columns are contiguous. Rows and heads
  * may interleave (a [tokens][heads*dim] buffer is head_stride = dim,
- * row_stride = heads*dim), but no two (head, row) rows may overlap. For one head,
+ * row_stride = heads*dim), but no two (head, row) rows may overlap: the smaller
+ * stride must cover a row and the larger all rows of the smaller (layouts that
+ * interleave otherwise are refused with FAVOR_E_SHAPE). For one head,
  * Q is n x d, K is n_k x d, V is n_k x d_v, O is n x d_v. K and V may have fewer
  * heads than Q when Q's head count is a multiple of theirs (grouped-query
  * attention: query head h uses key/value head h / (heads_q / heads_kv)).
@@ -1201,6 +1203,11 @@ static int favor__stabilized(favor_kernel k)
     return k == FAVOR_POSITIVE || k == FAVOR_HYPERBOLIC || k == FAVOR_TRIG;
 }
 
+/* RELU's feature floor, cast so that it is the float 1e-3f wherever it appears:
+ * with x87 excess precision a float constant may stand for the decimal 0.001 and
+ * the features (stored as floats) would all compare above it. */
+#define FAVOR__RELU_FLOOR ((float)1e-3f)
+
 static size_t favor__width(favor_kernel k, size_t d, size_t m)
 {
     switch (k) {
@@ -1267,7 +1274,7 @@ static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, siz
             float inv = 1.0f / (float)sqrt((double)m);
             for (l = 0; l < m; ++l) {
                 float a = u[l] * sqs;
-                u[l] = (a < 0.0f ? 0.0f : a) * inv + 1e-3f; /* NaN stays NaN */
+                u[l] = (a < 0.0f ? 0.0f : a) * inv + FAVOR__RELU_FLOOR; /* NaN stays NaN */
             }
             r[i] = 0.0f;
             break;
@@ -1337,7 +1344,7 @@ static void favor__phi_backward(const favor__map *mp, const float *x, size_t ldx
             sgn = 1.0f;
             break;
         case FAVOR_RELU:
-            for (l = 0; l < m; ++l) g[l] = f[l] > 1e-3f ? g[l] : 0.0f;
+            for (l = 0; l < m; ++l) g[l] = f[l] > FAVOR__RELU_FLOOR ? g[l] : 0.0f;
             break;
         case FAVOR_ELU1:
             break;
@@ -2999,13 +3006,15 @@ static void favor__bwd_query_grad(const favor__map *mp, favor__bwd *b, const flo
  * finite, so the sum is 0 there) instead of inf * 0. dv_j and, for the
  * exponential maps, p = phi(k_j) * dphi(k_j) are bounded (p_l is feature l's
  * share of the weights a_ij, times v'_j . dnum'_i), dphi(k_j) alone is not: there
- * p is formed first, and the map backward reads it against features of 1. */
+ * p is formed first, and the map backward reads it against features of 1 (ELU1:
+ * p = dphi dphi/dx, dphi/dx = 1 for x > 0 and phi = exp(x) below). */
 static void favor__bwd_keys_finish(const favor__map *mp, favor__bwd *b, const float *lam,
                                    const float *r, const float *K, size_t ldk, float *DK,
                                    size_t lddk, float *DV, size_t lddv, size_t nr, size_t dv)
 {
     size_t j, k, w = mp->width, ldp = w;
-    int pre = mp->kernel == FAVOR_POSITIVE || mp->kernel == FAVOR_HYPERBOLIC;
+    int elu = mp->kernel == FAVOR_ELU1;
+    int pre = elu || mp->kernel == FAVOR_POSITIVE || mp->kernel == FAVOR_HYPERBOLIC;
     const float *phi = b->cb.kf;
     if (pre) { /* one row of ones (in b->tw, free here), read for every key */
         for (k = 0; k < w; ++k) b->tw[k] = 1.0f;
@@ -3021,7 +3030,10 @@ static void favor__bwd_keys_finish(const favor__map *mp, favor__bwd *b, const fl
         } else if (lam[1] < INFINITY) {
             e = favor__s_exp(a);
         }
-        if (pre) favor__vmul(b->dphi + j * w, b->cb.kf + j * w, w);
+        if (elu) /* dphi times dphi/dx (1 or phi): elu1_grad in place */
+            favor__elu1_grad(b->dphi + j * w, K + j * ldk, b->cb.kf + j * w, b->dphi + j * w, w);
+        else if (pre)
+            favor__vmul(b->dphi + j * w, b->cb.kf + j * w, w);
         for (k = 0; k < (size_t)steps; ++k) {
             favor__scal(DV + j * lddv, e, dv);
             favor__scal(b->dphi + j * w, e, w);

@@ -1,0 +1,2287 @@
+/* favor_fuzz.c - a libFuzzer harness for favor.h (every public entry point).
+ *
+ * Build (see run.sh and README.md in this directory):
+ *     clang -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+ *           -Iinclude [-mavx2 -mfma | -DFAVOR_NO_SIMD] tests/fuzz/favor_fuzz.c -lm
+ * or, without libFuzzer, with tests/fuzz/replay_main.c (gcc, valgrind, ...).
+ *
+ * One input is one scenario. Its first byte picks the operation:
+ *     0 favor_softmax_attention (+_workspace)
+ *     1 favor_softmax_attention_backward (+_workspace)
+ *     2 favor_linear_attention (+_workspace)
+ *     3 favor_linear_attention_backward (+_workspace)
+ *     4 favor_feature_map
+ *     5 favor_state_floats/init/reset, favor_linear_extend (+_workspace), favor_linear_step
+ *     6 favor_features_init/redraw/width/floats
+ *     7 favor_status_string, favor_tensor_packed, favor_default_options, favor_backend,
+ *       and every entry point with NULL arguments
+ * The following bytes give shapes (heads_q, heads_kv, n, n_k, d, d_v), the feature
+ * map (kernel, including out-of-range values; m; flags, including unknown bits; a
+ * mutation of the favor_features struct), options (flags, scale, threads), the
+ * workspace (NULL, exactly the query, smaller, larger, a raw size, aliased onto a
+ * tensor, NULL with a failing FAVOR_MALLOC), opts->lse, and 4 bytes per tensor:
+ * its layout (packed, interleaved, padded, raw strides that may be below the row
+ * or overlapping, a [rows][q|k|v|o] buffer shared column-wise, a view aliased onto
+ * another one, absurd sizes that overflow size_t, NULL data, zero sizes, a NULL
+ * tensor pointer, a shape off by one) and how its floats are drawn (nice values,
+ * values up to 1e4, raw bit patterns, NaN/inf/subnormal/huge specials). The rest of
+ * the input is the float payload; when it runs out a PRNG continues.
+ *
+ * Every buffer a call can see is a separate malloc of exactly the floats its views
+ * span (so ASan sees any access outside), filled first with a NaN canary; gaps
+ * between the rows of a view must never change. Invariants (abort() with a message
+ * on violation):
+ *   I1  no crash, no sanitizer report, no leak, FAVOR_ASSERT holds.
+ *   I2  a call returning anything but FAVOR_OK leaves every byte it could see (out,
+ *       dq/dk/dv, phi, lse, state, workspace, W, inputs, gaps, the structs passed
+ *       by pointer) bit-identical.
+ *   I3  a call returning FAVOR_OK changes nothing but its outputs (and the
+ *       workspace), writes every output element, and zeroes the query rows that see
+ *       no key.
+ *   I4  finite in -> finite out: when every input float is finite and at most 1e4 in
+ *       magnitude, the scale is the default or in (0, 1e4], W is finite, a softmax
+ *       backward's lse is NULL or the forward's, and the map role is not
+ *       FAVOR_PLAIN (which "may overflow"), every output float of a FAVOR_OK call
+ *       is finite (lse may be -inf for a row that sees no key, as documented).
+ *   I5  a call given exactly favor_*_workspace() bytes never returns
+ *       FAVOR_E_WORKSPACE; a call given a workspace never calls FAVOR_MALLOC.
+ *   I6  a call that is certainly invalid (NULL, zero size, rows that overlap,
+ *       sizes that overflow, mismatched shapes, an output sharing an element with
+ *       another buffer of the call, bad options/features/role, a workspace smaller
+ *       than the query, FAVOR_MALLOC failing) does not return FAVOR_OK; a call that
+ *       is certainly valid (every tensor laid out by the library's documented rule,
+ *       no output's byte span meeting another's, enough workspace) returns FAVOR_OK.
+ *       Calls in between (e.g. column-interleaved outputs whose byte spans overlap
+ *       but no element does: see FINDINGS.md) may go either way.
+ *   I7  with the flag bit set, the call is repeated with the other workspace kind
+ *       and outputs pre-filled with different garbage: bit-identical results (a
+ *       read of uninitialised workspace or output would show).
+ *   I8  softmax outputs (and positive-feature linear outputs of nice inputs) lie in
+ *       the range of the visible values, within the documented accuracy.
+ *   I9  features: W finite, W^T its transpose, orthogonal blocks, regular norms,
+ *       redraw with the same seed bit-identical; state init/reset contents.
+ *   I10 causal forward calls (flag 4): keys and values a row cannot see (replaced
+ *       by other values, NaN and inf included with flag 0x80) do not change it.
+ * A known bug can be masked with a FINDING-n guard so fuzzing goes on (see
+ * FINDINGS.md); there is none at present. */
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the library, with a failing-on-demand allocator and live assertions ---- */
+static int g_malloc_fail;      /* FAVOR_MALLOC returns NULL                     */
+static size_t g_malloc_calls;  /* FAVOR_MALLOC calls during the current call    */
+static unsigned g_garbage = 1; /* pattern of fresh allocations                  */
+static void *fz_lib_malloc(size_t n);
+static void fz_lib_free(void *p);
+static void fz_assert_fail(const char *what, const char *file, int line);
+#define FAVOR_MALLOC(n) fz_lib_malloc(n)
+#define FAVOR_FREE(p) fz_lib_free(p)
+#define FAVOR_ASSERT(x) ((x) ? (void)0 : fz_assert_fail(#x, __FILE__, __LINE__))
+#define FAVOR_IMPLEMENTATION
+#include "favor.h"
+
+/* ------------------------------------------------------------------------ */
+/* Context for failure messages                                             */
+/* ------------------------------------------------------------------------ */
+static char g_ctx[4096];
+static size_t g_ctxn;
+static int g_verbose = -1;
+
+static void ctx(const char *fmt, ...)
+{
+    va_list ap;
+    int k;
+    if (g_ctxn >= sizeof g_ctx - 1) return;
+    va_start(ap, fmt);
+    k = vsnprintf(g_ctx + g_ctxn, sizeof g_ctx - g_ctxn, fmt, ap);
+    va_end(ap);
+    if (k > 0) g_ctxn += (size_t)k;
+    if (g_ctxn > sizeof g_ctx - 1) g_ctxn = sizeof g_ctx - 1;
+}
+
+static void fz_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "\n==favor_fuzz== INVARIANT VIOLATION at %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n==favor_fuzz== backend %s; scenario: %s\n", favor_backend(), g_ctx);
+    fflush(stderr);
+    abort();
+}
+#define FZ_FAIL(...) fz_fail(__FILE__, __LINE__, __VA_ARGS__)
+
+static void fz_assert_fail(const char *what, const char *file, int line)
+{
+    fz_fail(file, line, "FAVOR_ASSERT(%s) failed", what);
+}
+
+static int verbose(void)
+{
+    if (g_verbose < 0) {
+        const char *e = getenv("FAVOR_FUZZ_VERBOSE");
+        g_verbose = e && *e && *e != '0';
+    }
+    return g_verbose;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Input reader and PRNG                                                    */
+/* ------------------------------------------------------------------------ */
+typedef struct {
+    const uint8_t *p;
+    size_t n, i;
+    uint64_t rng;
+} fz_rd;
+
+static unsigned rd8(fz_rd *r) { return r->i < r->n ? r->p[r->i++] : 0u; }
+static int rd_has(const fz_rd *r, size_t k) { return r->n - r->i >= k; }
+static uint32_t rd32(fz_rd *r)
+{
+    uint32_t v = rd8(r);
+    v |= (uint32_t)rd8(r) << 8;
+    v |= (uint32_t)rd8(r) << 16;
+    v |= (uint32_t)rd8(r) << 24;
+    return v;
+}
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static uint64_t prng(fz_rd *r) { return mix64(r->rng += 0x9e3779b97f4a7c15ull); }
+/* uniform in [-a, a] */
+static float prng_unif(fz_rd *r, float a)
+{
+    double u = (double)(prng(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)((2.0 * u - 1.0) * a);
+}
+
+static float bits2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t f2bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+#define CANARY_OUT 0x7fa5a5a5u /* a signalling NaN: output not yet written */
+#define CANARY_GAP 0x7fbadbadu /* a signalling NaN: a byte no view owns    */
+
+static const float k_specials[] = {
+    0.0f,     -0.0f,   1.0f,      -1.0f,   0.5f,     2.0f,      1e4f,     -1e4f,
+    9999.5f,  1e-3f,   FLT_MIN,   -FLT_MIN, 1e-45f,  -1e-40f,   88.7f,    -104.0f,
+    100.0f,   -100.0f, 1e5f,      1e30f,   -1e30f,   FLT_MAX,   -FLT_MAX, INFINITY,
+    -INFINITY, NAN,    -NAN,      3.0f,    1e-20f,   50.0f,     -50.0f,   20.0f,
+};
+#define N_SPECIALS (sizeof k_specials / sizeof k_specials[0])
+
+/* ------------------------------------------------------------------------ */
+/* Allocation bookkeeping (everything is freed at the end of an input)     */
+/* ------------------------------------------------------------------------ */
+#define FZ_MAXALLOC 1024
+static void *g_allocs[FZ_MAXALLOC];
+static int g_nallocs;
+
+static void *fz_alloc(size_t bytes)
+{
+    void *p;
+    if (g_nallocs >= FZ_MAXALLOC) FZ_FAIL("harness: too many allocations");
+    p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "favor_fuzz: out of memory (%zu bytes)\n", bytes);
+        abort();
+    }
+    g_allocs[g_nallocs++] = p;
+    return p;
+}
+
+static void fz_free_all(void)
+{
+    int i;
+    for (i = 0; i < g_nallocs; ++i) free(g_allocs[i]);
+    g_nallocs = 0;
+}
+
+static void fill_garbage(void *p, size_t bytes, unsigned pattern)
+{
+    unsigned char *b = (unsigned char *)p;
+    size_t i;
+    for (i = 0; i + 4 <= bytes; i += 4) {
+        /* finite garbage that differs between patterns, with a few NaNs */
+        float v = (float)((int)((i / 4 * 2654435761u + pattern * 40503u) % 2001u) - 1000) *
+                  (pattern & 1 ? 0.37f : 123.25f);
+        if ((i / 4 + pattern) % 97 == 0) v = bits2f(0x7fc00000u + (pattern & 0xffff));
+        memcpy(b + i, &v, 4);
+    }
+    for (; i < bytes; ++i) b[i] = (unsigned char)(0xa5 ^ pattern);
+}
+
+static void *fz_lib_malloc(size_t n)
+{
+    void *p;
+    ++g_malloc_calls;
+    if (g_malloc_fail) return NULL;
+    p = malloc(n ? n : 1);
+    if (p) fill_garbage(p, n, g_garbage++);
+    return p;
+}
+static void fz_lib_free(void *p) { free(p); }
+
+/* ------------------------------------------------------------------------ */
+/* Buffers and views                                                        */
+/* ------------------------------------------------------------------------ */
+enum { R_IN, R_OUT, R_LSE_IN, R_STATE, R_WS, R_IGN };
+
+typedef struct {
+    unsigned char *mem; /* exactly len floats (bytes for the workspace)      */
+    size_t len;         /* floats (R_WS: bytes)                                 */
+    unsigned char *snap;
+    unsigned char *mayw; /* per float: may change on FAVOR_OK                   */
+    int *owner;          /* scratch for the overlap computation                 */
+    int is_ws;
+} fz_buf;
+
+enum {
+    L_PACKED = 0, L_INTERLEAVED, L_PADDED, L_INTERPAD, L_RAW, L_FUSED, L_ALIAS, L_ABSURD,
+    L_NULLDATA, L_ZERO, L_NULLPTR, L_OFFSET
+};
+
+typedef struct {
+    const char *name;
+    int role;
+    int used;          /* part of the call (else only must stay untouched) */
+    int layout;
+    unsigned p1, p2, p3, vmode, vseed;
+    favor_tensor t;
+    int present;       /* tensor pointer non-NULL                           */
+    int buf;           /* -1: none                                          */
+    size_t off;        /* floats into the buffer                            */
+    size_t span;       /* floats (when mem_ok)                              */
+    int mem_ok;        /* present, data non-NULL, sizes non-zero, not absurd */
+    int absurd, zero, nulldata;
+    int self_overlap;  /* two of its rows share an element                  */
+    int nested_ok;     /* the library's layout rule holds                   */
+    int inprom;        /* every element finite, |x| <= 1e4                  */
+    int nice;          /* every element |x| <= 4                            */
+    int group;         /* fused group or -1                                 */
+    size_t gcol;       /* column offset in the fused group                  */
+    int alias_of;      /* view index or -1                                  */
+    size_t alias_off;
+} fz_view;
+
+#define FZ_MAXV 16
+#define FZ_MAXB 32
+static fz_view g_v[FZ_MAXV];
+static int g_nv;
+static fz_buf g_b[FZ_MAXB];
+static int g_nb;
+static float g_dummy_store[4];
+
+/* the structs the call sees */
+static favor_features g_f;
+static int g_have_f;
+static int g_fbuf = -1;      /* W storage buffer */
+static favor_state g_st;
+static int g_have_st;
+static int g_stbuf = -1;     /* state storage buffer */
+
+static size_t fz_add(size_t a, size_t b, int *ovf)
+{
+    if (b > SIZE_MAX - a) *ovf = 1;
+    return a + b;
+}
+static size_t fz_mul(size_t a, size_t b, int *ovf)
+{
+    if (a && b > SIZE_MAX / a) *ovf = 1;
+    return a * b;
+}
+
+/* span of a view in floats; *ovf set when it (in bytes) overflows size_t */
+static size_t view_span(const favor_tensor *t, int *ovf)
+{
+    size_t s;
+    *ovf = 0;
+    s = fz_mul(t->heads - 1, t->head_stride, ovf);
+    s = fz_add(s, fz_mul(t->rows - 1, t->row_stride, ovf), ovf);
+    s = fz_add(s, t->cols, ovf);
+    fz_mul(s, sizeof(float), ovf);
+    return s;
+}
+
+/* the library's documented-in-code layout rule: the smaller stride covers a row,
+ * the larger covers all rows of the smaller */
+static int nested_rule(const favor_tensor *t)
+{
+    size_t sa, na, sb, nb;
+    int ovf = 0;
+    if (t->rows > 1 && (t->heads == 1 || t->row_stride <= t->head_stride)) {
+        sa = t->row_stride; na = t->rows; sb = t->head_stride; nb = t->heads;
+    } else {
+        sa = t->head_stride; na = t->heads; sb = t->row_stride; nb = t->rows;
+    }
+    if (na > 1 && sa < t->cols) return 0;
+    if (nb > 1) {
+        size_t need = fz_add(fz_mul(na - 1, sa, &ovf), t->cols, &ovf);
+        if (ovf || sb < need) return 0;
+    }
+    return 1;
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* 1 when two (head, row) rows share an element (small views only) */
+static int rows_overlap(const favor_tensor *t)
+{
+    size_t n = t->heads * t->rows, h, r, i, *st;
+    int res = 0;
+    if (n < 2) return 0;
+    st = (size_t *)malloc(n * sizeof *st);
+    if (!st) abort();
+    for (h = 0; h < t->heads; ++h)
+        for (r = 0; r < t->rows; ++r) st[h * t->rows + r] = h * t->head_stride + r * t->row_stride;
+    qsort(st, n, sizeof *st, cmp_size);
+    for (i = 1; i < n; ++i)
+        if (st[i] - st[i - 1] < t->cols) res = 1;
+    free(st);
+    return res;
+}
+
+#define VAT(v, h, r, c) ((v)->t.data + (h) * (v)->t.head_stride + (r) * (v)->t.row_stride + (c))
+
+/* ------------------------------------------------------------------------ */
+/* Decoding small numbers                                                   */
+/* ------------------------------------------------------------------------ */
+static size_t dec_len(unsigned b)
+{
+    static const size_t tab[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 66,
+                                 70, 79, 80};
+    if (b < 176) return 1 + b % 12;
+    return tab[(b - 176) % (sizeof tab / sizeof tab[0])];
+}
+static size_t dec_dim(unsigned b)
+{
+    if (b == 255) return 0;
+    if (b >= 240) return 16 + b % 5; /* 16..20 */
+    return 1 + b % 20;
+}
+static int dec_kernel(unsigned b)
+{
+    static const int bad[] = {5, 6, -1, 100, INT_MAX, INT_MIN};
+    if (b < 250) return (int)(b % 5);
+    return bad[b - 250];
+}
+static unsigned dec_oflags(unsigned b)
+{
+    static const unsigned bad[] = {2u, 0x80u, 0xffffffffu, 0x80000001u, 4u, 0x100u};
+    if (b < 250) return b & 1u;
+    return bad[b - 250];
+}
+static float dec_scale(unsigned b, unsigned b2)
+{
+    static const float tab[] = {0.0f,  -0.0f,   1.0f,     0.125f,  0.5f,    2.0f,     1e4f,
+                                1e-3f, FLT_MIN, 1e-45f,   -1.0f,   NAN,     INFINITY, -INFINITY,
+                                FLT_MAX, 1e20f, 1.0001e4f, 0.05f,  7.0f,    -FLT_MIN};
+    if (b < 128) return 0.0f;
+    if (b < 192) return 0.01f + (float)b2 / 64.0f; /* a legal explicit scale, 0.01..4 */
+    return tab[(b - 192) % (sizeof tab / sizeof tab[0])];
+}
+static int dec_threads(unsigned b)
+{
+    static const int tab[] = {1, 2, 3, 64, -1, INT_MIN, INT_MAX, -7};
+    if (b < 200) return 0;
+    return tab[(b - 200) % 8];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Views: decode, lay out, allocate, fill                                   */
+/* ------------------------------------------------------------------------ */
+static fz_view *add_view(fz_rd *r, const char *name, int role, size_t h, size_t rows,
+                         size_t c)
+{
+    fz_view *v;
+    unsigned b0, b3;
+    if (g_nv >= FZ_MAXV) FZ_FAIL("harness: too many views");
+    v = &g_v[g_nv++];
+    memset(v, 0, sizeof *v);
+    v->name = name;
+    v->role = role;
+    v->used = 1;
+    v->buf = -1;
+    v->group = -1;
+    v->alias_of = -1;
+    b0 = rd8(r);
+    v->p1 = rd8(r);
+    v->p2 = rd8(r);
+    b3 = v->p3 = rd8(r);
+    v->vmode = b0 >> 4;
+    v->vseed = b0 * 131u + v->p1 * 7u + v->p2 + (unsigned)g_nv * 977u;
+    switch (b0 & 15) {
+    case 0: case 1: case 2: case 3: case 4: v->layout = L_PACKED; break;
+    case 5: v->layout = L_INTERLEAVED; break;
+    case 6: v->layout = L_PADDED; break;
+    case 7: v->layout = L_INTERPAD; break;
+    case 8: v->layout = L_RAW; break;
+    case 9: v->layout = L_FUSED; break;
+    case 10: v->layout = L_ALIAS; break;
+    case 11: v->layout = (v->p1 & 3) == 0 ? L_ABSURD : L_PACKED; break;
+    case 12: v->layout = (v->p1 & 3) == 0 ? L_NULLDATA : (v->p1 & 3) == 1 ? L_NULLPTR : L_OFFSET; break;
+    case 13: v->layout = (v->p1 & 3) == 0 ? L_ZERO : L_OFFSET; break;
+    case 14: v->layout = L_OFFSET; break;
+    default: v->layout = L_PACKED; break;
+    }
+    if ((b3 & 0xf0) == 0xf0) { /* a shape off by one */
+        size_t *dim = (b3 & 3) == 0 ? &h : (b3 & 3) == 1 ? &rows : &c;
+        if (b3 & 4) *dim += 1;
+        else if (*dim > 1) *dim -= 1;
+        else *dim += 2;
+        ctx("[%s off-by-one] ", name);
+    }
+    v->t.heads = h;
+    v->t.rows = rows;
+    v->t.cols = c;
+    return v;
+}
+
+/* a view that is not a favor_tensor (lse, W, the state): 1 x 1 x len floats at
+ * buffer b + off */
+static fz_view *add_range_view(const char *name, int role, int b, size_t off, size_t len)
+{
+    fz_view *v;
+    if (g_nv >= FZ_MAXV) FZ_FAIL("harness: too many views");
+    v = &g_v[g_nv++];
+    memset(v, 0, sizeof *v);
+    v->name = name;
+    v->role = role;
+    v->used = 1;
+    v->layout = L_PACKED;
+    v->buf = b;
+    v->off = off;
+    v->group = -1;
+    v->alias_of = -1;
+    v->present = 1;
+    v->t.heads = 1;
+    v->t.rows = 1;
+    v->t.cols = len;
+    v->t.head_stride = len;
+    v->t.row_stride = len;
+    v->span = len;
+    v->mem_ok = len > 0;
+    v->nested_ok = 1;
+    v->inprom = 1;
+    v->nice = 1;
+    return v;
+}
+
+static int new_buf(size_t len)
+{
+    if (g_nb >= FZ_MAXB) FZ_FAIL("harness: too many buffers");
+    memset(&g_b[g_nb], 0, sizeof g_b[g_nb]);
+    g_b[g_nb].len = len;
+    return g_nb++;
+}
+
+static void alloc_buf(int b)
+{
+    fz_buf *B = &g_b[b];
+    size_t bytes = B->is_ws ? B->len : B->len * sizeof(float);
+    B->mem = (unsigned char *)fz_alloc(bytes);
+    B->snap = (unsigned char *)fz_alloc(bytes);
+    B->mayw = (unsigned char *)fz_alloc(B->len + 1);
+    B->owner = (int *)fz_alloc((B->len + 1) * sizeof(int));
+    memset(B->mayw, 0, B->len + 1);
+    if (!B->is_ws) {
+        size_t i;
+        for (i = 0; i < B->len; ++i) memcpy(B->mem + 4 * i, &(uint32_t){CANARY_GAP}, 4);
+    }
+}
+
+/* Lay out every decoded tensor view (layouts, buffers, absurd sizes) and allocate. */
+static void layout_views(void)
+{
+    size_t gw[2] = {0, 0}, grows[2] = {0, 0}, gpad[2] = {0, 0};
+    int gbuf[2] = {-1, -1}, gseen[2] = {0, 0};
+    int i, ovf;
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        favor_tensor *t = &v->t;
+        size_t h = t->heads, r = t->rows, c = t->cols;
+        if (v->buf >= 0) continue; /* range views are placed already */
+        v->present = v->layout != L_NULLPTR;
+        switch (v->layout) {
+        case L_INTERLEAVED: t->head_stride = c; t->row_stride = h * c; break;
+        case L_PADDED:
+            t->row_stride = c + v->p1 % 5;
+            t->head_stride = r * t->row_stride + v->p2 % 7;
+            break;
+        case L_INTERPAD:
+            t->head_stride = c + 1 + v->p1 % 3;
+            t->row_stride = h * t->head_stride + v->p2 % 4;
+            break;
+        case L_RAW: {
+            long hs = (v->p1 & 0x80) ? (long)(r * c) + (long)(v->p1 & 0x7f) - 64 : (long)(v->p1 & 0x7f);
+            long rs = (v->p2 & 0x80) ? (long)c + (long)(v->p2 & 0x3f) - 32 : (long)(v->p2 & 0x7f);
+            t->head_stride = hs < 0 ? 0 : (size_t)hs;
+            t->row_stride = rs < 0 ? 0 : (size_t)rs;
+            break;
+        }
+        case L_FUSED:
+            v->group = (int)(v->p1 & 1);
+            if (!gseen[v->group]) gpad[v->group] = v->p2 % 3; /* the group's row padding */
+            gseen[v->group] = 1;
+            v->gcol = gw[v->group];
+            gw[v->group] += h * c;
+            if (r > grows[v->group]) grows[v->group] = r;
+            t->head_stride = c;
+            break;
+        case L_ABSURD: {
+            static const size_t big[] = {(size_t)1 << 62, SIZE_MAX, SIZE_MAX / 2 + 1,
+                                         SIZE_MAX / 4 + 1, ((size_t)1 << 32) + 1};
+            size_t B = big[v->p2 % 5];
+            t->head_stride = r * c;
+            t->row_stride = c;
+            switch (v->p1 >> 2 & 7) {
+            case 0: t->heads = B; t->head_stride = (size_t)1 << 40; break;
+            case 1: t->rows = B; t->row_stride = 8; t->head_stride = 0; t->heads = 1; break;
+            case 2: t->cols = B; t->rows = 1; t->heads = 1; break;
+            case 3: t->row_stride = B; if (t->rows < 2) t->rows = 2; break;
+            case 4: t->head_stride = SIZE_MAX - (v->p2 & 15); t->heads = 2; break;
+            case 5: t->cols = SIZE_MAX / 4 + 1 + (v->p2 & 7); t->heads = t->rows = 1; break;
+            case 6: t->rows = B; t->heads = B; t->row_stride = c; t->head_stride = B; break;
+            default: break; /* the data pointer near the top of the address space */
+            }
+            break;
+        }
+        case L_ZERO:
+            t->head_stride = r * c;
+            t->row_stride = c;
+            if (v->p2 % 3 == 0) t->heads = 0;
+            else if (v->p2 % 3 == 1) t->rows = 0;
+            else t->cols = 0;
+            break;
+        default: /* packed, offset, alias, NULL */
+            t->head_stride = r * c;
+            t->row_stride = c;
+            if (v->layout == L_ALIAS && (v->p3 & 2)) { t->head_stride = c; t->row_stride = h * c; }
+            break;
+        }
+    }
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        favor_tensor *t = &v->t;
+        if (v->buf >= 0) continue;
+        if (v->layout == L_FUSED) /* one row stride for the group; rarely a member's own */
+            t->row_stride = gw[v->group] + ((v->p3 & 8) ? v->p2 % 3 : gpad[v->group]);
+        v->zero = !t->heads || !t->rows || !t->cols;
+        v->span = v->zero ? 0 : view_span(t, &ovf);
+        v->absurd = v->layout == L_ABSURD;
+        if (v->absurd && !v->zero && !ovf && (v->p1 >> 2 & 7) != 7) { /* make sure */
+            t->rows = SIZE_MAX;
+            if (t->row_stride == 0) t->row_stride = 1;
+            v->span = view_span(t, &ovf);
+        }
+        v->nulldata = v->layout == L_NULLDATA;
+        v->mem_ok = v->present && !v->nulldata && !v->zero && !v->absurd;
+        if (v->mem_ok && v->span > (size_t)1 << 22) FZ_FAIL("harness: view %s too large", v->name);
+        v->nested_ok = v->mem_ok && nested_rule(t);
+        v->self_overlap = v->mem_ok && rows_overlap(t);
+    }
+    /* buffers */
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        if (v->buf >= 0 || !v->mem_ok) continue;
+        if (v->layout == L_FUSED) {
+            size_t rs = v->t.row_stride, end;
+            if (gbuf[v->group] < 0) gbuf[v->group] = new_buf(0);
+            v->buf = gbuf[v->group];
+            v->off = v->gcol;
+            end = (grows[v->group] ? grows[v->group] - 1 : 0) * rs + gw[v->group];
+            if (end < v->off + v->span) end = v->off + v->span;
+            if (g_b[v->buf].len < end) g_b[v->buf].len = end;
+            continue;
+        }
+        if (v->layout == L_ALIAS) { /* onto an earlier view with memory, or W, or the state */
+            int j, cand[FZ_MAXV + 2], nc = 0;
+            for (j = 0; j < g_nv; ++j)
+                if (j != i && g_v[j].buf >= 0 && g_v[j].mem_ok) cand[nc++] = j;
+            if (nc) {
+                int tgt = cand[v->p1 % nc];
+                size_t delta = (v->p2 % 48) * ((v->p3 & 1) ? 1 : v->t.cols);
+                v->alias_of = tgt;
+                v->buf = g_v[tgt].buf;
+                v->off = g_v[tgt].off + delta;
+                if (g_b[v->buf].len < v->off + v->span) {
+                    if (g_b[v->buf].mem) { /* a fixed buffer (W, state): place at its start */
+                        if (g_b[v->buf].len >= v->span) v->off = 0;
+                        else { v->alias_of = -1; v->buf = -1; }
+                    } else {
+                        g_b[v->buf].len = v->off + v->span;
+                    }
+                }
+                if (v->buf >= 0) continue;
+            }
+        }
+        if (v->layout == L_OFFSET) {
+            v->buf = new_buf(v->span + v->p2 % 8 + v->p3 % 5);
+            v->off = v->p2 % 8;
+            continue;
+        }
+        v->buf = new_buf(v->span);
+        v->off = 0;
+    }
+    for (i = 0; i < g_nb; ++i)
+        if (!g_b[i].mem) alloc_buf(i);
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        if (v->mem_ok) {
+            v->t.data = (float *)(void *)g_b[v->buf].mem + v->off;
+        } else if (v->nulldata || !v->present) {
+            v->t.data = NULL;
+        } else if (v->absurd && (v->p1 >> 2 & 7) == 7 && !v->zero && v->span) {
+            /* data + span bytes wraps past the end of the address space */
+            size_t bytes = v->span * sizeof(float);
+            v->t.data = (float *)(uintptr_t)(UINTPTR_MAX - bytes + 1 + 4 * (v->p2 % (bytes / 4)));
+        } else {
+            v->t.data = g_dummy_store; /* never to be touched */
+        }
+    }
+}
+
+static float gen_value(fz_rd *r, fz_view *v, unsigned mode)
+{
+    switch (mode & 7) {
+    case 1:
+        if (rd_has(r, 1)) return (float)(int8_t)rd8(r) / 32.0f;
+        break;
+    case 2:
+        if (rd_has(r, 2)) {
+            int16_t s = (int16_t)(rd8(r) | rd8(r) << 8);
+            return (float)s * (1e4f / 32768.0f);
+        }
+        break;
+    case 3:
+        if (rd_has(r, 4)) return bits2f(rd32(r));
+        break;
+    case 4:
+        if (rd_has(r, 1)) return k_specials[rd8(r) % N_SPECIALS];
+        break;
+    case 5:
+        if ((prng(r) & 15) == 0 && rd_has(r, 1)) return k_specials[rd8(r) % N_SPECIALS];
+        break;
+    case 6:
+        return k_specials[v->vseed % N_SPECIALS];
+    case 7:
+        return prng_unif(r, 1e4f);
+    default:
+        break;
+    }
+    return prng_unif(r, (mode & 8) ? 20.0f : 2.0f);
+}
+
+/* Outputs get the output canary, inputs a payload. */
+static void fill_views(fz_rd *r)
+{
+    int i, pass;
+    for (pass = 0; pass < 2; ++pass)
+        for (i = 0; i < g_nv; ++i) {
+            fz_view *v = &g_v[i];
+            size_t h, rr, c;
+            int is_out = v->role == R_OUT;
+            if (!v->mem_ok || v->buf == g_fbuf || v->buf == g_stbuf || is_out != (pass == 0))
+                continue;
+            if (v->role == R_STATE || v->role == R_WS) continue;
+            v->inprom = 1;
+            v->nice = 1;
+            r->rng ^= mix64(v->vseed);
+            for (h = 0; h < v->t.heads; ++h)
+                for (rr = 0; rr < v->t.rows; ++rr)
+                    for (c = 0; c < v->t.cols; ++c) {
+                        float x;
+                        if (is_out) {
+                            memcpy(VAT(v, h, rr, c), &(uint32_t){CANARY_OUT}, 4);
+                            continue;
+                        }
+                        x = gen_value(r, v, v->vmode);
+                        *VAT(v, h, rr, c) = x;
+                    }
+        }
+    /* promise flags after everything is written (aliasing views may share elements) */
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        size_t h, rr, c;
+        if (!v->mem_ok) continue;
+        v->inprom = 1;
+        v->nice = 1;
+        if (v->role == R_OUT || v->role == R_STATE || v->role == R_WS) continue;
+        for (h = 0; h < v->t.heads; ++h)
+            for (rr = 0; rr < v->t.rows; ++rr)
+                for (c = 0; c < v->t.cols; ++c) {
+                    float x = *VAT(v, h, rr, c);
+                    if (!(fabsf(x) <= 1e4f)) v->inprom = 0;
+                    if (!(fabsf(x) <= 4.0f)) v->nice = 0;
+                }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Overlap analysis                                                         */
+/* ------------------------------------------------------------------------ */
+static int exclusive_role(int role) { return role == R_OUT || role == R_STATE || role == R_WS || role == R_LSE_IN; }
+static int harmful_role(int role) { return role == R_OUT || role == R_STATE || role == R_WS; }
+
+static void mark_elems(const fz_view *v, int *owner, int id, int *hit, int check_only)
+{
+    size_t h, r, c;
+    for (h = 0; h < v->t.heads; ++h)
+        for (r = 0; r < v->t.rows; ++r)
+            for (c = 0; c < v->t.cols; ++c) {
+                size_t at = v->off + h * v->t.head_stride + r * v->t.row_stride + c;
+                if (owner[at] >= 0 && owner[at] != id) *hit = 1;
+                if (!check_only) owner[at] = id;
+            }
+}
+
+/* 1 when an output (harmful role) shares an element with another view of the call */
+static int harmful_overlap(void)
+{
+    int b, i, j, hit = 0;
+    for (b = 0; b < g_nb; ++b) {
+        fz_buf *B = &g_b[b];
+        size_t k;
+        if (B->is_ws) continue;
+        for (k = 0; k <= B->len; ++k) B->owner[k] = -1;
+        for (i = 0; i < g_nv; ++i) /* outputs among themselves */
+            if (g_v[i].used && g_v[i].mem_ok && g_v[i].buf == b && harmful_role(g_v[i].role))
+                mark_elems(&g_v[i], B->owner, i, &hit, 0);
+        for (j = 0; j < g_nv; ++j)
+            if (g_v[j].used && g_v[j].mem_ok && g_v[j].buf == b && !harmful_role(g_v[j].role))
+                mark_elems(&g_v[j], B->owner, -2 - j, &hit, 1);
+    }
+    return hit;
+}
+
+/* 1 when the byte span of an exclusive view meets the span of another view */
+static int span_overlap(const fz_view *a, const fz_view *b)
+{
+    uintptr_t alo = (uintptr_t)a->t.data, ahi = alo + a->span * 4;
+    uintptr_t blo = (uintptr_t)b->t.data, bhi = blo + b->span * 4;
+    return alo < bhi && blo < ahi;
+}
+/* two members of one fused group with the same row stride: the column blocks of
+ * one [rows][q|k|v|out] buffer, which the manual says are accepted */
+static int column_blocks(const fz_view *a, const fz_view *b)
+{
+    return a->layout == L_FUSED && b->layout == L_FUSED && a->group == b->group &&
+           a->t.row_stride == b->t.row_stride;
+}
+static int exclusive_span_overlap(void)
+{
+    int i, j;
+    for (i = 0; i < g_nv; ++i) {
+        if (!g_v[i].used || !g_v[i].mem_ok || !exclusive_role(g_v[i].role)) continue;
+        for (j = 0; j < g_nv; ++j)
+            if (j != i && g_v[j].used && g_v[j].mem_ok && span_overlap(&g_v[i], &g_v[j]) &&
+                !column_blocks(&g_v[i], &g_v[j]))
+                return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Snapshots and checks                                                     */
+/* ------------------------------------------------------------------------ */
+static void snapshot_all(void)
+{
+    int b;
+    for (b = 0; b < g_nb; ++b) {
+        size_t bytes = g_b[b].is_ws ? g_b[b].len : g_b[b].len * 4;
+        memcpy(g_b[b].snap, g_b[b].mem, bytes);
+    }
+}
+
+static void restore_all(void)
+{
+    int b;
+    for (b = 0; b < g_nb; ++b) {
+        size_t bytes = g_b[b].is_ws ? g_b[b].len : g_b[b].len * 4;
+        memcpy(g_b[b].mem, g_b[b].snap, bytes);
+    }
+}
+
+/* which floats may change when the call succeeds */
+static void mark_writable(void)
+{
+    int b, i;
+    for (b = 0; b < g_nb; ++b) memset(g_b[b].mayw, g_b[b].is_ws ? 1 : 0, g_b[b].len + 1);
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        size_t h, r, c;
+        if (!v->used || !v->mem_ok || !harmful_role(v->role)) continue;
+        for (h = 0; h < v->t.heads; ++h)
+            for (r = 0; r < v->t.rows; ++r)
+                for (c = 0; c < v->t.cols; ++c)
+                    g_b[v->buf].mayw[v->off + h * v->t.head_stride + r * v->t.row_stride + c] = 1;
+    }
+}
+
+static void check_unchanged(int ok, const char *what)
+{
+    int b;
+    for (b = 0; b < g_nb; ++b) {
+        fz_buf *B = &g_b[b];
+        size_t k;
+        if (B->is_ws) {
+            if (!ok && memcmp(B->mem, B->snap, B->len))
+                FZ_FAIL("%s: failed call wrote its workspace", what);
+            continue;
+        }
+        for (k = 0; k < B->len; ++k) {
+            if (ok && B->mayw[k]) continue;
+            if (memcmp(B->mem + 4 * k, B->snap + 4 * k, 4)) {
+                const char *owner = "a gap";
+                int i;
+                for (i = 0; i < g_nv; ++i)
+                    if (g_v[i].mem_ok && g_v[i].buf == b && k >= g_v[i].off &&
+                        k < g_v[i].off + g_v[i].span) {
+                        owner = g_v[i].name;
+                        break;
+                    }
+                FZ_FAIL("%s: %s call changed float %zu of buffer %d (in the span of %s)", what,
+                        ok ? "successful" : "failed", k, b, owner);
+            }
+        }
+    }
+}
+
+static int all_inprom(void)
+{
+    int i;
+    for (i = 0; i < g_nv; ++i)
+        if (g_v[i].used && g_v[i].mem_ok && (g_v[i].role == R_IN || g_v[i].role == R_LSE_IN) &&
+            !g_v[i].inprom)
+            return 0;
+    return 1;
+}
+static int all_nice(void)
+{
+    int i;
+    for (i = 0; i < g_nv; ++i)
+        if (g_v[i].used && g_v[i].mem_ok && g_v[i].role == R_IN && !g_v[i].nice) return 0;
+    return 1;
+}
+
+/* every output element written (no canary left) and, when asked, finite */
+static void check_outputs(const char *what, int want_finite)
+{
+    int i;
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        size_t h, r, c;
+        if (!v->used || !v->mem_ok || v->role != R_OUT) continue;
+        for (h = 0; h < v->t.heads; ++h)
+            for (r = 0; r < v->t.rows; ++r)
+                for (c = 0; c < v->t.cols; ++c) {
+                    float x = *VAT(v, h, r, c);
+                    if (f2bits(x) == CANARY_OUT)
+                        FZ_FAIL("%s: OK but %s[%zu][%zu][%zu] was never written", what, v->name, h, r, c);
+                    if (want_finite && !isfinite(x) && !(strcmp(v->name, "lse") == 0 && x == -INFINITY))
+                        FZ_FAIL("%s: finite inputs (|x| <= 1e4) but %s[%zu][%zu][%zu] = %g", what,
+                                v->name, h, r, c, (double)x);
+                }
+    }
+}
+
+/* keep the outputs of the first call for the repeat */
+static unsigned char *g_first[FZ_MAXB];
+static void keep_first(void)
+{
+    int b;
+    for (b = 0; b < g_nb; ++b) {
+        size_t bytes = g_b[b].is_ws ? 0 : g_b[b].len * 4;
+        g_first[b] = (unsigned char *)fz_alloc(bytes);
+        memcpy(g_first[b], g_b[b].mem, bytes);
+    }
+}
+static void compare_first(const char *what)
+{
+    int b;
+    for (b = 0; b < g_nb; ++b) {
+        size_t k;
+        if (g_b[b].is_ws) continue;
+        for (k = 0; k < g_b[b].len; ++k)
+            if (memcmp(g_first[b] + 4 * k, g_b[b].mem + 4 * k, 4)) {
+                float x, y;
+                memcpy(&x, g_first[b] + 4 * k, 4);
+                memcpy(&y, g_b[b].mem + 4 * k, 4);
+                FZ_FAIL("%s: the repeated call (other workspace, other output garbage) differs "
+                        "at float %zu of buffer %d: %.9g vs %.9g", what, k, b, (double)x, (double)y);
+            }
+    }
+}
+/* outputs pre-filled with other garbage for the repeat */
+static void garble_outputs(unsigned pat)
+{
+    int i;
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        size_t h, r;
+        if (!v->used || !v->mem_ok || v->role != R_OUT) continue;
+        for (h = 0; h < v->t.heads; ++h)
+            for (r = 0; r < v->t.rows; ++r) fill_garbage(VAT(v, h, r, 0), v->t.cols * 4, pat + (unsigned)(h * 131 + r));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Features, options, workspace                                             */
+/* ------------------------------------------------------------------------ */
+typedef struct {
+    int kernel;
+    size_t d, m;
+    unsigned flags;
+    unsigned seed;
+    unsigned mut, mutp;
+} fz_fcfg;
+
+static int feat_valid(const favor_features *f)
+{
+    if (!((int)f->kernel >= 0 && (int)f->kernel <= 4)) return 0;
+    if (f->flags & ~3u) return 0;
+    if (!f->dim || !f->count) return 0;
+    if (f->kernel == FAVOR_ELU1) {
+        if (f->count != f->dim) return 0;
+    } else if (!f->w || !f->wt) {
+        return 0;
+    }
+    return f->scale > 0.0f && f->scale <= FLT_MAX;
+}
+static size_t feat_width(const favor_features *f)
+{
+    switch ((int)f->kernel) {
+    case FAVOR_ELU1: return f->dim;
+    case FAVOR_POSITIVE: case FAVOR_RELU: return f->count;
+    case FAVOR_HYPERBOLIC: case FAVOR_TRIG: return 2 * f->count;
+    default: return 0;
+    }
+}
+
+static void dec_fcfg(fz_rd *r, fz_fcfg *c, size_t d)
+{
+    unsigned b = rd8(r);
+    c->kernel = dec_kernel(b);
+    b = rd8(r);
+    c->m = b == 255 ? 0 : 1 + b % 40;
+    b = rd8(r);
+    c->flags = b < 252 ? (b & 3u) : (b == 252 ? 4u : b == 253 ? 0x80000000u : b == 254 ? 7u : 0x10u);
+    c->seed = rd8(r);
+    c->mut = rd8(r);
+    c->mutp = rd8(r);
+    c->d = d;
+}
+
+/* favor_features_init into exact storage, then (maybe) a mutation of the struct.
+ * Returns 0 when no features could be made (init rejected the configuration: the
+ * calls are then made with f = NULL sometimes, else skipped). */
+static int make_features(const fz_fcfg *c)
+{
+    favor_status s;
+    size_t fl;
+    int kernel = c->kernel;
+    g_have_f = 0;
+    g_fbuf = -1;
+    if (kernel < 0 || kernel > 4 || (c->flags & ~3u) || c->d == 0 ||
+        (kernel != FAVOR_ELU1 && c->m == 0))
+        kernel = FAVOR_POSITIVE; /* make something valid; mutate below */
+    fl = favor_features_floats((favor_kernel)kernel, c->d ? c->d : 1, c->m ? c->m : 1);
+    if (kernel != FAVOR_ELU1) {
+        g_fbuf = new_buf(fl);
+        alloc_buf(g_fbuf);
+    }
+    s = favor_features_init(&g_f, (favor_kernel)kernel, c->d ? c->d : 1, kernel == FAVOR_ELU1 ? 0 : (c->m ? c->m : 1),
+                            c->flags & 3u, c->seed, g_fbuf >= 0 ? (float *)(void *)g_b[g_fbuf].mem : NULL);
+    if (s != FAVOR_OK) FZ_FAIL("favor_features_init rejected a valid configuration: %s", favor_status_string(s));
+    g_have_f = 1;
+    /* the requested invalid parts, and other mutations */
+    if (c->kernel != kernel) g_f.kernel = (favor_kernel)c->kernel;
+    if (c->flags & ~3u) g_f.flags = c->flags;
+    if (c->d == 0) g_f.dim = 0;
+    switch (c->mut % 16) {
+    case 1: g_f.kernel = (favor_kernel)dec_kernel(250 + c->mutp % 6); break;
+    case 2: g_f.flags |= 1u << (2 + c->mutp % 30); break;
+    case 3: g_f.scale = dec_scale(192 + c->mutp % 20, c->mutp); break;
+    case 4: g_f.scale = 0.01f + (float)c->mutp / 32.0f; break; /* a legal changed scale */
+    case 5: if (g_f.kernel != FAVOR_ELU1) g_f.w = NULL; else g_f.count += 1; break;
+    case 6: if (g_f.kernel != FAVOR_ELU1) g_f.wt = NULL; break;
+    case 7: /* another random-feature kernel over the same W */
+        if (g_f.kernel != FAVOR_ELU1) g_f.kernel = (favor_kernel)(1 + c->mutp % 4);
+        break;
+    case 8: /* fewer rows of W: still inside the storage */
+        if (g_f.kernel != FAVOR_ELU1 && g_f.count > 1) g_f.count = 1 + c->mutp % g_f.count;
+        break;
+    case 9: /* a smaller d: W stays inside the storage; the tensors no longer match */
+        if (g_f.dim > 1) g_f.dim -= 1;
+        break;
+    case 10: g_f.count = 0; break;
+    default: break;
+    }
+    ctx("features{kernel=%d d=%zu m=%zu flags=%#x scale=%g w=%p} ", (int)g_f.kernel, g_f.dim,
+        g_f.count, g_f.flags, (double)g_f.scale, (void *)g_f.w);
+    return 1;
+}
+
+/* W and W^T as views (protected inputs) */
+static void add_w_views(void)
+{
+    size_t md;
+    if (!g_have_f || g_fbuf < 0 || !g_f.w) return;
+    md = g_f.count * g_f.dim;
+    if (md > g_b[g_fbuf].len || !g_f.wt) return;
+    add_range_view("W", R_IN, g_fbuf, 0, md);
+    if (g_f.wt && (size_t)(g_f.wt - (float *)(void *)g_b[g_fbuf].mem) + md <= g_b[g_fbuf].len)
+        add_range_view("Wt", R_IN, g_fbuf, (size_t)(g_f.wt - (float *)(void *)g_b[g_fbuf].mem), md);
+}
+
+typedef struct {
+    favor_options o;
+    int use_opts;
+    int opt_ok;
+    int ws_mode;
+    unsigned ws_p;
+    size_t ws_query;
+    int ws_exact, ws_small, ws_alias;
+    int ws_buf;
+    int malloc_fail;
+    int lse_mode;
+    unsigned lse_p;
+} fz_ocfg;
+
+static void dec_ocfg(fz_rd *r, fz_ocfg *c)
+{
+    unsigned b;
+    memset(c, 0, sizeof *c);
+    c->o = favor_default_options();
+    b = rd8(r);
+    c->use_opts = b != 0xff;
+    c->o.flags = dec_oflags(b);
+    b = rd8(r);
+    c->o.scale = dec_scale(b, rd8(r));
+    c->o.threads = dec_threads(rd8(r));
+    c->ws_mode = (int)(rd8(r) % 8);
+    c->ws_p = rd8(r);
+    c->lse_mode = (int)(rd8(r) % 4);
+    c->lse_p = rd8(r);
+    c->opt_ok = !c->use_opts || (!(c->o.flags & ~1u) && c->o.scale >= 0.0f &&
+                                  c->o.scale <= FLT_MAX && c->o.threads >= 0);
+    c->ws_buf = -1;
+    ctx("opts{%s flags=%#x scale=%g threads=%d ws_mode=%d lse_mode=%d} ", c->use_opts ? "" : "NULL",
+        c->o.flags, (double)c->o.scale, c->o.threads, c->ws_mode, c->lse_mode);
+}
+
+/* The workspace of a call from its query: modes 0 NULL (allocate), 1 exact,
+ * 2 smaller, 3 larger, 4 a raw size, 5 aliased onto a tensor, 6 NULL with
+ * FAVOR_MALLOC failing, 7 a buffer of size 0. Any alignment. */
+static void setup_ws(fz_ocfg *c, size_t query)
+{
+    size_t bytes = 0, align = c->ws_p % 64;
+    c->ws_query = query;
+    c->o.workspace = NULL;
+    c->o.workspace_size = 0;
+    c->malloc_fail = 0;
+    c->ws_exact = c->ws_small = c->ws_alias = 0;
+    c->ws_buf = -1;
+    if (!c->use_opts && c->ws_mode != 6) return; /* opts NULL: the call allocates */
+    switch (c->ws_mode) {
+    case 0: return;
+    case 6: c->malloc_fail = 1; return;
+    case 1: bytes = query; c->ws_exact = 1; break;
+    case 2:
+        if (!query) return;
+        bytes = query - 1 - (c->ws_p % 5 ? (size_t)c->ws_p % (query < 200 ? query : 200) : 0);
+        if (bytes >= query) bytes = 0;
+        c->ws_small = 1;
+        break;
+    case 3: bytes = query + 1 + c->ws_p * 3; break;
+    case 4: bytes = (size_t)c->ws_p * 37; c->ws_small = bytes < query; break;
+    case 5: {
+        int i, cand[FZ_MAXV], nc = 0;
+        for (i = 0; i < g_nv; ++i)
+            if (g_v[i].used && g_v[i].mem_ok && g_v[i].buf >= 0) cand[nc++] = i;
+        if (!nc || !query) { bytes = query; c->ws_exact = 1; break; }
+        i = cand[c->ws_p % nc];
+        c->o.workspace = g_v[i].t.data;
+        c->o.workspace_size = query;
+        c->ws_alias = 1;
+        ctx("[ws aliased onto %s] ", g_v[i].name);
+        return;
+    }
+    case 7: bytes = 0; c->ws_small = query > 0; break;
+    }
+    c->ws_buf = new_buf(bytes + align);
+    g_b[c->ws_buf].is_ws = 1;
+    alloc_buf(c->ws_buf);
+    fill_garbage(g_b[c->ws_buf].mem, bytes + align, 77u + c->ws_p);
+    c->o.workspace = g_b[c->ws_buf].mem + align;
+    c->o.workspace_size = bytes;
+}
+
+/* the effective scale is within the promise: default, or finite in (0, 1e4] */
+static int scale_in_promise(float s) { return s == 0.0f || (s > 0.0f && s <= 1e4f); }
+
+/* ------------------------------------------------------------------------ */
+/* Statistics (FAVOR_FUZZ_VERBOSE=1)                                        */
+/* ------------------------------------------------------------------------ */
+static void report(const char *what, favor_status s, int must_fail, int should_ok, int inprom)
+{
+    if (verbose())
+        fprintf(stderr, "favor_fuzz: %-28s -> %-18s must_fail=%d should_ok=%d finite_promise=%d | %s\n",
+                what, s == FAVOR_OK ? "FAVOR_OK" : favor_status_string(s), must_fail, should_ok, inprom,
+                g_ctx);
+}
+
+static void dump_views(const char *what)
+{
+    int i;
+    if (!verbose()) return;
+    fprintf(stderr, "favor_fuzz: calling %s | %s\n", what, g_ctx);
+    for (i = 0; i < g_nv; ++i) {
+        const fz_view *v = &g_v[i];
+        fprintf(stderr, "    %-10s %s layout=%d %s data=%p heads=%zu rows=%zu cols=%zu hs=%zu rs=%zu "
+                "buf=%d off=%zu span=%zu%s%s%s%s inprom=%d\n", v->name,
+                v->role == R_OUT ? "OUT" : v->role == R_IN ? "IN " : v->role == R_STATE ? "ST " : "oth",
+                v->layout, v->present ? "" : "(NULL tensor)", (void *)v->t.data, v->t.heads, v->t.rows,
+                v->t.cols, v->t.head_stride, v->t.row_stride, v->buf, v->off, v->span,
+                v->absurd ? " absurd" : "", v->zero ? " zero" : "", v->self_overlap ? " self-overlap" : "",
+                v->used ? "" : " unused", v->inprom);
+    }
+}
+
+/* The common verdict of an attention-style call. */
+typedef struct {
+    int must_fail, should_ok;
+    const char *why_fail;
+} fz_verdict;
+
+static void verdict_views(fz_verdict *vd)
+{
+    int i;
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        if (!v->used || v->role == R_WS || v->role == R_STATE) continue;
+        if (!v->present) { vd->must_fail = 1; vd->why_fail = "NULL tensor"; }
+        else if (v->nulldata) { vd->must_fail = 1; vd->why_fail = "NULL data"; }
+        else if (v->zero) { vd->must_fail = 1; vd->why_fail = "zero size"; }
+        else if (v->absurd) { vd->must_fail = 1; vd->why_fail = "size overflow"; }
+        else if (v->self_overlap) { vd->must_fail = 1; vd->why_fail = "rows overlap"; }
+        if (!v->nested_ok) vd->should_ok = 0;
+    }
+    if (!vd->must_fail && harmful_overlap()) { vd->must_fail = 1; vd->why_fail = "an output shares an element"; }
+    if (!vd->must_fail && exclusive_span_overlap()) vd->should_ok = 0;
+}
+
+static void verdict_ws(fz_verdict *vd, const fz_ocfg *c)
+{
+    if (c->malloc_fail) { vd->must_fail = 1; vd->why_fail = "FAVOR_MALLOC fails"; vd->should_ok = 0; }
+    if (c->ws_alias) { vd->must_fail = 1; vd->why_fail = "workspace overlaps a tensor"; vd->should_ok = 0; }
+    if (c->ws_small && c->o.workspace) { vd->must_fail = 1; vd->why_fail = "workspace below the query"; vd->should_ok = 0; }
+}
+
+static void judge(const char *what, favor_status s, const fz_verdict *vd, const fz_ocfg *c)
+{
+    if (verbose() && s == FAVOR_E_ALIAS && !vd->must_fail)
+        fprintf(stderr, "favor_fuzz: NOTE false rejection: %s says FAVOR_E_ALIAS but no output shares an "
+                "element with another buffer (byte spans overlap)\n", what);
+    if (verbose() && s == FAVOR_E_SHAPE && !vd->must_fail) {
+        int i;
+        for (i = 0; i < g_nv; ++i)
+            if (g_v[i].used && g_v[i].mem_ok && !g_v[i].nested_ok && !g_v[i].self_overlap)
+                fprintf(stderr, "favor_fuzz: NOTE false rejection: %s says FAVOR_E_SHAPE; %s's rows do not "
+                        "overlap but break the nesting rule (heads=%zu rows=%zu cols=%zu hs=%zu rs=%zu)\n",
+                        what, g_v[i].name, g_v[i].t.heads, g_v[i].t.rows, g_v[i].t.cols,
+                        g_v[i].t.head_stride, g_v[i].t.row_stride);
+    }
+    if (s == FAVOR_OK && vd->must_fail) FZ_FAIL("%s accepted an invalid call (%s)", what, vd->why_fail);
+    if (s != FAVOR_OK && vd->should_ok && !vd->must_fail)
+        FZ_FAIL("%s rejected a valid call with %s", what, favor_status_string(s));
+    if (c && c->ws_exact && s == FAVOR_E_WORKSPACE)
+        FZ_FAIL("%s: given exactly the %zu bytes its query returned, it says FAVOR_E_WORKSPACE", what, c->ws_query);
+    if (c && c->o.workspace && c->use_opts && g_malloc_calls)
+        FZ_FAIL("%s called FAVOR_MALLOC although it was given a workspace", what);
+    if (s != FAVOR_OK && s != FAVOR_E_NULL && s != FAVOR_E_SHAPE && s != FAVOR_E_OVERFLOW &&
+        s != FAVOR_E_ALIAS && s != FAVOR_E_WORKSPACE && s != FAVOR_E_NOMEM && s != FAVOR_E_ARG)
+        FZ_FAIL("%s returned an undocumented status %d", what, (int)s);
+    if (s == FAVOR_E_NOMEM && !(c && c->malloc_fail)) FZ_FAIL("%s: FAVOR_E_NOMEM without a failing FAVOR_MALLOC", what);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Shape helpers                                                            */
+/* ------------------------------------------------------------------------ */
+typedef struct {
+    size_t hq, hkv, n, nk, d, dv;
+} fz_shape;
+
+static void dec_shape(fz_rd *r, fz_shape *s)
+{
+    unsigned b = rd8(r);
+    size_t grp;
+    s->hkv = 1 + (b & 3);
+    grp = 1 + (b >> 2 & 3);
+    if (s->hkv * grp > 4) grp = 4 / s->hkv;
+    if (grp < 1) grp = 1;
+    s->hq = s->hkv * grp;
+    if ((b & 0xf0) == 0xf0) s->hq = s->hkv + 1; /* not a multiple */
+    s->n = dec_len(rd8(r));
+    s->nk = dec_len(rd8(r));
+    s->d = dec_dim(rd8(r));
+    s->dv = dec_dim(rd8(r));
+    ctx("shape{hq=%zu hkv=%zu n=%zu nk=%zu d=%zu dv=%zu} ", s->hq, s->hkv, s->n, s->nk, s->d, s->dv);
+}
+
+#define T(v) ((v)->present ? &(v)->t : (const favor_tensor *)NULL)
+
+static int qkvo_shape_ok(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+                         const favor_tensor *o)
+{
+    return k->cols == q->cols && v->rows == k->rows && v->heads == k->heads && k->heads &&
+           q->heads % k->heads == 0 && o->heads == q->heads && o->rows == q->rows &&
+           o->cols == v->cols;
+}
+static int same_shape(const favor_tensor *a, const favor_tensor *b)
+{
+    return a->heads == b->heads && a->rows == b->rows && a->cols == b->cols;
+}
+
+static size_t visible(size_t i, size_t n, size_t nk)
+{
+    size_t a = i + 1 + nk;
+    if (a <= n) return 0;
+    a -= n;
+    return a < nk ? a : nk;
+}
+
+/* rows of out that see no key are exactly zero; with want_range, every element
+ * lies in the range of the visible v values (tolerance tol * max|V| of the head) */
+static void check_rows(const char *what, const fz_view *o, const fz_view *vv, int causal,
+                       int want_range, double tol)
+{
+    size_t h, i, c, j, grp = o->t.heads / vv->t.heads, n = o->t.rows, nk = vv->t.rows;
+    for (h = 0; h < o->t.heads; ++h) {
+        size_t g = h / grp;
+        double M = 0.0;
+        for (j = 0; j < nk; ++j)
+            for (c = 0; c < vv->t.cols; ++c) M = fmax(M, fabs((double)*VAT(vv, g, j, c)));
+        for (i = 0; i < n; ++i) {
+            size_t vis = causal ? visible(i, n, nk) : nk;
+            for (c = 0; c < o->t.cols; ++c) {
+                double x = *VAT(o, h, i, c), lo = INFINITY, hi = -INFINITY;
+                if (vis == 0) {
+                    if (x != 0.0)
+                        FZ_FAIL("%s: %s[%zu][%zu][%zu] = %g but the row sees no key", what, o->name,
+                                h, i, c, x);
+                    continue;
+                }
+                if (!want_range) continue;
+                for (j = 0; j < vis; ++j) {
+                    double y = *VAT(vv, g, j, c);
+                    lo = fmin(lo, y);
+                    hi = fmax(hi, y);
+                }
+                if (!(x >= lo - tol * M - 1e-30 && x <= hi + tol * M + 1e-30))
+                    FZ_FAIL("%s: %s[%zu][%zu][%zu] = %.9g outside the range [%.9g, %.9g] of the "
+                            "visible values (tolerance %g * %g)", what, o->name, h, i, c, x, lo, hi,
+                            tol, M);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Operations                                                               */
+/* ------------------------------------------------------------------------ */
+static void reset_call(void)
+{
+    g_nv = 0;
+    g_nb = 0;
+    g_have_f = 0;
+    g_fbuf = -1;
+    g_have_st = 0;
+    g_stbuf = -1;
+    g_malloc_fail = 0;
+    g_malloc_calls = 0;
+    g_ctxn = 0;
+    g_ctx[0] = 0;
+}
+
+/* run `call` (a macro-ish closure through a function pointer and a struct) */
+typedef favor_status (*fz_call_fn)(void *);
+
+/* One attention-like call with the snapshot / verdict / repeat protocol. */
+static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_verdict *vd,
+                                 fz_ocfg *oc, int want_finite, int repeat, unsigned char *structs,
+                                 const void *sptr, size_t sbytes)
+{
+    favor_status s;
+    favor_features f_before;
+    memcpy(&f_before, &g_f, sizeof g_f);
+    mark_writable();
+    snapshot_all();
+    if (sbytes) memcpy(structs, sptr, sbytes);
+    g_malloc_calls = 0;
+    g_malloc_fail = oc ? oc->malloc_fail : 0;
+    dump_views(what);
+    s = fn(arg);
+    g_malloc_fail = 0;
+    report(what, s, vd->must_fail, vd->should_ok, want_finite);
+    judge(what, s, vd, oc);
+    if (!oc && g_malloc_calls) FZ_FAIL("%s called FAVOR_MALLOC", what);
+    if (g_have_f && memcmp(&f_before, &g_f, sizeof g_f)) FZ_FAIL("%s changed the features struct", what);
+    check_unchanged(s == FAVOR_OK, what);
+    if (s != FAVOR_OK && sbytes && memcmp(structs, sptr, sbytes))
+        FZ_FAIL("%s: a failed call changed a struct passed by pointer", what);
+    if (s != FAVOR_OK) return s;
+    check_outputs(what, want_finite);
+    if (repeat && oc && !oc->ws_alias) {
+        /* the same call with the other kind of workspace and other output garbage */
+        void *ws0 = oc->o.workspace;
+        size_t sz0 = oc->o.workspace_size;
+        unsigned char *fresh = NULL;
+        favor_status s2;
+        keep_first();
+        restore_all();
+        if (sbytes) memcpy((void *)(uintptr_t)sptr, structs, sbytes);
+        garble_outputs(999u + oc->ws_p);
+        if (ws0) {
+            oc->o.workspace = NULL;
+            oc->o.workspace_size = 0;
+        } else if (oc->use_opts && oc->ws_query) {
+            fresh = (unsigned char *)fz_alloc(oc->ws_query + 3);
+            fill_garbage(fresh, oc->ws_query + 3, 4242u);
+            oc->o.workspace = fresh + 3;
+            oc->o.workspace_size = oc->ws_query;
+        }
+        g_malloc_calls = 0;
+        s2 = fn(arg);
+        oc->o.workspace = ws0;
+        oc->o.workspace_size = sz0;
+        if (s2 != FAVOR_OK) FZ_FAIL("%s: the repeated call failed with %s", what, favor_status_string(s2));
+        compare_first(what);
+    }
+    return s;
+}
+
+/* Causality: after a successful causal call, give the keys and values from token
+ * `cut` on other values (finite, or with flag 0x80 NaN and inf: FINDING-2) and
+ * call again; every output row that cannot see token `cut` must come out the
+ * same (==, so -0 and +0 match; NaN where it was NaN). */
+static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz_view *o,
+                            const fz_view *k, const fz_view *v, unsigned hflags)
+{
+    size_t n = o->t.rows, nk = k->t.rows, cut, h, i, j, c, len = o->t.heads * n * o->t.cols;
+    float *before;
+    favor_status s;
+    int i2;
+    if (!len || !nk || !k->mem_ok || !v->mem_ok || k->buf == v->buf) return;
+    for (i2 = 0; i2 < g_nv; ++i2) /* k and v alone in their buffers: nothing else changes */
+        if (&g_v[i2] != k && &g_v[i2] != v && g_v[i2].mem_ok && (g_v[i2].buf == k->buf || g_v[i2].buf == v->buf))
+            return;
+    cut = (hflags >> 3) % nk;
+    before = (float *)fz_alloc(len * sizeof(float));
+    for (h = 0; h < o->t.heads; ++h)
+        for (i = 0; i < n; ++i)
+            for (c = 0; c < o->t.cols; ++c) before[(h * n + i) * o->t.cols + c] = *VAT(o, h, i, c);
+    for (h = 0; h < k->t.heads; ++h)
+        for (j = cut; j < nk; ++j) {
+            for (c = 0; c < k->t.cols; ++c) {
+                float *x = VAT(k, h, j, c);
+                *x = (hflags & 0x80) && c == 1 ? (j & 1 ? -INFINITY : NAN)
+                                               : 0.5f - 0.25f * (float)((j + c + h) % 5) + (*x > 0.0f ? 0.125f : 0.0f);
+            }
+            for (c = 0; c < v->t.cols; ++c) {
+                float *x = VAT(v, h, j, c);
+                *x = (hflags & 0x80) && c == 0 ? (j & 1 ? INFINITY : NAN)
+                                               : 1.0f + (float)((3 * j + c + h) % 7) - (*x > 0.0f ? 9.0f : 0.0f);
+            }
+        }
+    s = fn(arg);
+    if (s != FAVOR_OK) FZ_FAIL("%s: the call with other later tokens failed: %s", what, favor_status_string(s));
+    for (h = 0; h < o->t.heads; ++h)
+        for (i = 0; i < n && visible(i, n, nk) <= cut; ++i)
+            for (c = 0; c < o->t.cols; ++c) {
+                float x = before[(h * n + i) * o->t.cols + c], y = *VAT(o, h, i, c);
+                if (!(x == y || (isnan(x) && isnan(y))))
+                    FZ_FAIL("%s: out[%zu][%zu][%zu] (sees %zu keys) changed from %.9g to %.9g when "
+                            "keys/values from %zu on changed", what, h, i, c, visible(i, n, nk), (double)x,
+                            (double)y, cut);
+            }
+}
+
+/* ---- op 0: softmax forward ---- */
+typedef struct {
+    fz_view *q, *k, *v, *o, *lse;
+    fz_ocfg *oc;
+} fz_sm_args;
+
+static favor_status call_softmax(void *p)
+{
+    fz_sm_args *a = (fz_sm_args *)p;
+    a->oc->o.lse = a->lse && a->lse->mem_ok ? a->lse->t.data : NULL;
+    return favor_softmax_attention(T(a->q), T(a->k), T(a->v), T(a->o), a->oc->use_opts ? &a->oc->o : NULL);
+}
+
+/* lse as a range view (R_OUT for the forward, R_LSE_IN for the backward):
+ * mode 0 NULL, 1 its own buffer, 2 aliased onto a tensor, 3 its own (and, for the
+ * backward, written by the forward first) */
+static fz_view *add_lse(fz_ocfg *oc, int role, size_t count)
+{
+    fz_view *v;
+    if (oc->lse_mode == 0 || !oc->use_opts) return NULL;
+    if (oc->lse_mode == 2) {
+        int i, cand[FZ_MAXV], nc = 0;
+        for (i = 0; i < g_nv; ++i)
+            if (g_v[i].mem_ok && g_v[i].buf >= 0 && g_v[i].span >= count) cand[nc++] = i;
+        if (nc) {
+            i = cand[oc->lse_p % nc];
+            v = add_range_view("lse", role, g_v[i].buf, g_v[i].off, count);
+            v->mem_ok = count > 0;
+            ctx("[lse aliased onto %s] ", g_v[i].name);
+            return v;
+        }
+    }
+    v = add_range_view("lse", role, new_buf(count), 0, count);
+    alloc_buf(v->buf);
+    v->mem_ok = count > 0;
+    return v;
+}
+
+static void finish_range_views(void)
+{
+    int i;
+    for (i = 0; i < g_nv; ++i)
+        if (g_v[i].buf >= 0 && g_v[i].mem_ok && !g_v[i].t.data)
+            g_v[i].t.data = (float *)(void *)g_b[g_v[i].buf].mem + g_v[i].off;
+}
+
+static void op_softmax(fz_rd *r, unsigned hflags)
+{
+    fz_shape sh;
+    fz_ocfg oc;
+    fz_sm_args a;
+    fz_verdict vd = {0, 1, NULL};
+    size_t query, lse_n;
+    int causal, fin;
+    favor_status s;
+    ctx("softmax_attention ");
+    dec_shape(r, &sh);
+    dec_ocfg(r, &oc);
+    a.q = add_view(r, "q", R_IN, sh.hq, sh.n, sh.d);
+    a.k = add_view(r, "k", R_IN, sh.hkv, sh.nk, sh.d);
+    a.v = add_view(r, "v", R_IN, sh.hkv, sh.nk, sh.dv);
+    a.o = add_view(r, "out", R_OUT, sh.hq, sh.n, sh.dv);
+    a.oc = &oc;
+    layout_views();
+    lse_n = a.q->mem_ok ? a.q->t.heads * a.q->t.rows : 0;
+    a.lse = add_lse(&oc, R_OUT, lse_n);
+    finish_range_views();
+    fill_views(r);
+    query = favor_softmax_attention_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    setup_ws(&oc, query);
+    verdict_views(&vd);
+    if (!oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
+    if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
+        !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t)) {
+        vd.must_fail = 1;
+        vd.why_fail = "shapes do not match";
+    }
+    if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
+    verdict_ws(&vd, &oc);
+    if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+    causal = oc.use_opts && (oc.o.flags & 1u);
+    fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f);
+    s = run_protocol("favor_softmax_attention", call_softmax, &a, &vd, &oc, fin, hflags & 1, NULL, NULL, 0);
+    if (s == FAVOR_OK) {
+        /* (FINDING-2, fixed in c993bf1: a NaN/inf value a row cannot see used to
+         * reach it as 0 * v; rows that see no key are zero whatever v holds.) */
+        check_rows("favor_softmax_attention", a.o, a.v, causal, fin, 4e-5);
+        if (a.lse && a.lse->mem_ok) { /* -inf exactly for the rows that see no key */
+            size_t h, i;
+            for (h = 0; h < a.q->t.heads; ++h)
+                for (i = 0; i < a.q->t.rows; ++i) {
+                    float l = a.lse->t.data[h * a.q->t.rows + i];
+                    size_t vis = causal ? visible(i, a.q->t.rows, a.k->t.rows) : a.k->t.rows;
+                    if ((vis == 0) != (l == -INFINITY) && (fin || vis == 0))
+                        FZ_FAIL("softmax: lse[%zu][%zu] = %g for a row that sees %zu keys", h, i, (double)l, vis);
+                }
+        }
+        /* last: it changes the inputs */
+        if (causal && (hflags & 4)) check_causality("favor_softmax_attention", call_softmax, &a, a.o, a.k, a.v, hflags);
+    }
+}
+
+/* ---- op 1: softmax backward ---- */
+typedef struct {
+    fz_view *q, *k, *v, *o, *g, *dq, *dk, *dv, *lse;
+    fz_ocfg *oc;
+} fz_smb_args;
+
+static favor_status call_softmax_bwd(void *p)
+{
+    fz_smb_args *a = (fz_smb_args *)p;
+    a->oc->o.lse = a->lse && a->lse->mem_ok ? a->lse->t.data : NULL;
+    return favor_softmax_attention_backward(T(a->q), T(a->k), T(a->v), T(a->o), T(a->g), T(a->dq),
+                                            T(a->dk), T(a->dv), a->oc->use_opts ? &a->oc->o : NULL);
+}
+
+static void op_softmax_bwd(fz_rd *r, unsigned hflags)
+{
+    fz_shape sh;
+    fz_ocfg oc;
+    fz_smb_args a;
+    fz_verdict vd = {0, 1, NULL};
+    size_t query, lse_n;
+    int causal, fin, consistent = 0;
+    favor_status s;
+    ctx("softmax_attention_backward ");
+    dec_shape(r, &sh);
+    dec_ocfg(r, &oc);
+    a.q = add_view(r, "q", R_IN, sh.hq, sh.n, sh.d);
+    a.k = add_view(r, "k", R_IN, sh.hkv, sh.nk, sh.d);
+    a.v = add_view(r, "v", R_IN, sh.hkv, sh.nk, sh.dv);
+    a.o = add_view(r, "out", R_IN, sh.hq, sh.n, sh.dv);
+    a.g = add_view(r, "dout", R_IN, sh.hq, sh.n, sh.dv);
+    a.dq = add_view(r, "dq", R_OUT, sh.hq, sh.n, sh.d);
+    a.dk = add_view(r, "dk", R_OUT, sh.hkv, sh.nk, sh.d);
+    a.dv = add_view(r, "dv", R_OUT, sh.hkv, sh.nk, sh.dv);
+    a.oc = &oc;
+    layout_views();
+    lse_n = a.q->mem_ok ? a.q->t.heads * a.q->t.rows : 0;
+    a.lse = add_lse(&oc, R_LSE_IN, lse_n);
+    finish_range_views();
+    fill_views(r);
+    if (a.lse && a.lse->mem_ok) { /* lse floats as a payload: in promise only when consistent */
+        size_t i;
+        for (i = 0; i < lse_n; ++i) a.lse->t.data[i] = gen_value(r, a.lse, i & 7);
+        a.lse->inprom = 0;
+    }
+    if ((hflags & 2) && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok) {
+        /* out (and lse) from the forward, as a training step would have them */
+        favor_options fo = favor_default_options();
+        if (oc.use_opts) {
+            fo.flags = oc.o.flags;
+            fo.scale = oc.o.scale;
+        }
+        fo.lse = a.lse && a.lse->mem_ok ? a.lse->t.data : NULL;
+        if (favor_softmax_attention(&a.q->t, &a.k->t, &a.v->t, &a.o->t, &fo) == FAVOR_OK) {
+            size_t h, i, c;
+            consistent = 1;
+            if (a.lse) a.lse->inprom = 1;
+            a.o->inprom = 1;
+            for (h = 0; h < a.o->t.heads; ++h)
+                for (i = 0; i < a.o->t.rows; ++i)
+                    for (c = 0; c < a.o->t.cols; ++c)
+                        if (!(fabsf(*VAT(a.o, h, i, c)) <= 1e4f)) a.o->inprom = 0;
+            ctx("[out, lse from the forward] ");
+        }
+    }
+    query = favor_softmax_attention_backward_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    setup_ws(&oc, query);
+    verdict_views(&vd);
+    if (!oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
+    if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok && a.g->mem_ok &&
+        a.dq->mem_ok && a.dk->mem_ok && a.dv->mem_ok &&
+        !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.o->t, &a.g->t) &&
+          same_shape(&a.dq->t, &a.q->t) && same_shape(&a.dk->t, &a.k->t) && same_shape(&a.dv->t, &a.v->t))) {
+        vd.must_fail = 1;
+        vd.why_fail = "shapes do not match";
+    }
+    if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
+    verdict_ws(&vd, &oc);
+    if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+    causal = oc.use_opts && (oc.o.flags & 1u);
+    fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f) &&
+          (!a.lse || !a.lse->mem_ok || consistent);
+    s = run_protocol("favor_softmax_attention_backward", call_softmax_bwd, &a, &vd, &oc, fin,
+                     hflags & 1, NULL, NULL, 0);
+    if (s == FAVOR_OK && fin) /* a row that sees no key has no gradient */
+        check_rows("favor_softmax_attention_backward", a.dq, a.k, causal, 0, 0.0);
+}
+
+/* ---- op 2: linear forward ---- */
+typedef struct {
+    fz_view *q, *k, *v, *o;
+    fz_ocfg *oc;
+    favor_features *f;
+} fz_lin_args;
+
+static favor_status call_linear(void *p)
+{
+    fz_lin_args *a = (fz_lin_args *)p;
+    return favor_linear_attention(a->f, T(a->q), T(a->k), T(a->v), T(a->o), a->oc->use_opts ? &a->oc->o : NULL);
+}
+
+static float lin_scale(const fz_ocfg *oc)
+{
+    return oc->use_opts && oc->o.scale > 0.0f ? oc->o.scale : g_f.scale;
+}
+
+static void verdict_features(fz_verdict *vd, const favor_features *f, size_t d)
+{
+    if (!f) { vd->must_fail = 1; vd->why_fail = "features NULL"; return; }
+    if (!feat_valid(f)) { vd->must_fail = 1; vd->why_fail = "bad features"; return; }
+    if (d != f->dim) { vd->must_fail = 1; vd->why_fail = "d != f->dim"; }
+}
+
+/* an ignored lse (linear attention ignores opts->lse): it must stay untouched */
+static void add_ignored_lse(fz_ocfg *oc)
+{
+    if (oc->use_opts && oc->lse_mode) {
+        fz_view *v = add_range_view("ignored-lse", R_IGN, new_buf(7), 0, 7);
+        alloc_buf(v->buf);
+        v->used = 0;
+        v->t.data = (float *)(void *)g_b[v->buf].mem;
+        oc->o.lse = v->t.data;
+    }
+}
+
+static void op_linear(fz_rd *r, unsigned hflags)
+{
+    fz_shape sh;
+    fz_ocfg oc;
+    fz_fcfg fc;
+    fz_lin_args a;
+    fz_verdict vd = {0, 1, NULL};
+    size_t query;
+    int causal, fin, fnull;
+    favor_status s;
+    ctx("linear_attention ");
+    dec_shape(r, &sh);
+    dec_fcfg(r, &fc, sh.d);
+    dec_ocfg(r, &oc);
+    fnull = (fc.mut % 16) == 15 && (fc.mutp & 1);
+    make_features(&fc);
+    add_w_views();
+    a.q = add_view(r, "q", R_IN, sh.hq, sh.n, sh.d);
+    a.k = add_view(r, "k", R_IN, sh.hkv, sh.nk, sh.d);
+    a.v = add_view(r, "v", R_IN, sh.hkv, sh.nk, sh.dv);
+    a.o = add_view(r, "out", R_OUT, sh.hq, sh.n, sh.dv);
+    a.oc = &oc;
+    a.f = fnull ? NULL : &g_f;
+    layout_views();
+    finish_range_views();
+    fill_views(r);
+    add_ignored_lse(&oc);
+    query = favor_linear_attention_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    setup_ws(&oc, query);
+    verdict_views(&vd);
+    verdict_features(&vd, a.f, a.q->t.cols);
+    if (!oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
+    if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
+        !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t)) {
+        vd.must_fail = 1;
+        vd.why_fail = "shapes do not match";
+    }
+    verdict_ws(&vd, &oc);
+    if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+    causal = oc.use_opts && (oc.o.flags & 1u);
+    fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
+    s = run_protocol("favor_linear_attention", call_linear, &a, &vd, &oc, fin, hflags & 1,
+                     NULL, NULL, 0);
+    if (s == FAVOR_OK) {
+        int positive = g_f.kernel != FAVOR_TRIG;
+        int range = fin && positive && all_nice() && lin_scale(&oc) <= 1.0f;
+        check_rows("favor_linear_attention", a.o, a.v, causal, range, 1e-3);
+        if (causal && (hflags & 4)) check_causality("favor_linear_attention", call_linear, &a, a.o, a.k, a.v, hflags);
+    }
+}
+
+/* ---- op 3: linear backward ---- */
+typedef struct {
+    fz_view *q, *k, *v, *g, *dq, *dk, *dv;
+    fz_ocfg *oc;
+    favor_features *f;
+} fz_linb_args;
+
+static favor_status call_linear_bwd(void *p)
+{
+    fz_linb_args *a = (fz_linb_args *)p;
+    return favor_linear_attention_backward(a->f, T(a->q), T(a->k), T(a->v), T(a->g), T(a->dq), T(a->dk),
+                                           T(a->dv), a->oc->use_opts ? &a->oc->o : NULL);
+}
+
+static void op_linear_bwd(fz_rd *r, unsigned hflags)
+{
+    fz_shape sh;
+    fz_ocfg oc;
+    fz_fcfg fc;
+    fz_linb_args a;
+    fz_verdict vd = {0, 1, NULL};
+    size_t query;
+    int causal, fin, fnull;
+    favor_status s;
+    ctx("linear_attention_backward ");
+    dec_shape(r, &sh);
+    dec_fcfg(r, &fc, sh.d);
+    dec_ocfg(r, &oc);
+    fnull = (fc.mut % 16) == 15 && (fc.mutp & 1);
+    make_features(&fc);
+    add_w_views();
+    a.q = add_view(r, "q", R_IN, sh.hq, sh.n, sh.d);
+    a.k = add_view(r, "k", R_IN, sh.hkv, sh.nk, sh.d);
+    a.v = add_view(r, "v", R_IN, sh.hkv, sh.nk, sh.dv);
+    a.g = add_view(r, "dout", R_IN, sh.hq, sh.n, sh.dv);
+    a.dq = add_view(r, "dq", R_OUT, sh.hq, sh.n, sh.d);
+    a.dk = add_view(r, "dk", R_OUT, sh.hkv, sh.nk, sh.d);
+    a.dv = add_view(r, "dv", R_OUT, sh.hkv, sh.nk, sh.dv);
+    a.oc = &oc;
+    a.f = fnull ? NULL : &g_f;
+    layout_views();
+    finish_range_views();
+    fill_views(r);
+    add_ignored_lse(&oc);
+    query = favor_linear_attention_backward_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    setup_ws(&oc, query);
+    verdict_views(&vd);
+    verdict_features(&vd, a.f, a.q->t.cols);
+    if (!oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
+    if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.g->mem_ok && a.dq->mem_ok &&
+        a.dk->mem_ok && a.dv->mem_ok &&
+        !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.dq->t, &a.q->t) &&
+          same_shape(&a.dk->t, &a.k->t) && same_shape(&a.dv->t, &a.v->t))) {
+        vd.must_fail = 1;
+        vd.why_fail = "shapes do not match";
+    }
+    verdict_ws(&vd, &oc);
+    if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+    causal = oc.use_opts && (oc.o.flags & 1u);
+    fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
+    s = run_protocol("favor_linear_attention_backward", call_linear_bwd, &a, &vd, &oc, fin,
+                     hflags & 1, NULL, NULL, 0);
+    if (s == FAVOR_OK && causal) /* rows that see no key: zero gradient, always */
+        check_rows("favor_linear_attention_backward", a.dq, a.k, causal, 0, 0.0);
+}
+
+/* ---- op 4: feature map ---- */
+typedef struct {
+    fz_view *x, *phi;
+    favor_features *f;
+    favor_role role;
+} fz_fm_args;
+
+static favor_status call_fmap(void *p)
+{
+    fz_fm_args *a = (fz_fm_args *)p;
+    return favor_feature_map(a->f, T(a->x), T(a->phi), a->role);
+}
+
+static void op_feature_map(fz_rd *r, unsigned hflags)
+{
+    fz_shape sh;
+    fz_fcfg fc;
+    fz_fm_args a;
+    fz_verdict vd = {0, 1, NULL};
+    unsigned rb;
+    int fin, fnull;
+    size_t w;
+    favor_status s;
+    ctx("feature_map ");
+    dec_shape(r, &sh);
+    dec_fcfg(r, &fc, sh.d);
+    rb = rd8(r);
+    a.role = rb < 240 ? (favor_role)(rb % 3) : (favor_role)(rb == 240 ? 3 : rb == 241 ? -1 : rb == 242 ? INT_MAX : 7);
+    fnull = (fc.mut % 16) == 15 && (fc.mutp & 1);
+    make_features(&fc);
+    add_w_views();
+    w = feat_width(&g_f);
+    if (!w) w = sh.d;
+    a.x = add_view(r, "x", R_IN, sh.hq, sh.n, sh.d);
+    a.phi = add_view(r, "phi", R_OUT, sh.hq, sh.n, w);
+    a.f = fnull ? NULL : &g_f;
+    ctx("role=%d ", (int)a.role);
+    layout_views();
+    finish_range_views();
+    fill_views(r);
+    verdict_views(&vd);
+    verdict_features(&vd, a.f, a.x->t.cols);
+    if (a.role != FAVOR_QUERY && a.role != FAVOR_KEY && a.role != FAVOR_PLAIN) {
+        vd.must_fail = 1;
+        vd.why_fail = "bad role";
+    }
+    if (!vd.must_fail && a.x->mem_ok && a.phi->mem_ok &&
+        !(a.phi->t.cols == feat_width(&g_f) && a.x->t.heads == a.phi->t.heads &&
+          a.x->t.rows == a.phi->t.rows)) {
+        vd.must_fail = 1;
+        vd.why_fail = "shapes do not match";
+    }
+    fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(g_f.scale) && a.role != FAVOR_PLAIN;
+    s = run_protocol("favor_feature_map", call_fmap, &a, &vd, NULL, fin, 0, NULL, NULL, 0);
+    (void)s;
+    (void)hflags;
+}
+
+/* ---- op 5: the recurrent state ---- */
+/* The least favor_state_floats() can be: S, z, c per head and the step scratch
+ * (the manual's formula has changed as the state grew; see favor.h) */
+#define FZ_STATE_FLOATS_MIN(heads, w, dv) ((heads) * ((w) * ((dv) + 1) + 1) + 3 * (w) + 5)
+
+typedef struct {
+    fz_view *q, *k, *v, *o;
+    fz_ocfg *oc;
+    favor_features *f;
+    favor_state *st;
+    int step;
+} fz_ext_args;
+
+static favor_status call_extend(void *p)
+{
+    fz_ext_args *a = (fz_ext_args *)p;
+    if (a->step) return favor_linear_step(a->f, a->st, T(a->q), T(a->k), T(a->v), T(a->o));
+    return favor_linear_extend(a->f, a->st, T(a->q), T(a->k), T(a->v), T(a->o), a->oc->use_opts ? &a->oc->o : NULL);
+}
+
+static void check_state_contents(const favor_state *st, int fresh, int want_finite, const char *what)
+{
+    size_t i, ns = st->heads * st->width * st->dv, nz = st->heads * st->width;
+    for (i = 0; i < ns; ++i) {
+        if (fresh && st->s[i] != 0.0f) FZ_FAIL("%s: state S[%zu] = %g, not 0", what, i, (double)st->s[i]);
+        if (want_finite && !isfinite(st->s[i])) FZ_FAIL("%s: finite inputs but state S[%zu] = %g", what, i, (double)st->s[i]);
+    }
+    for (i = 0; i < nz; ++i) {
+        if (fresh && st->z[i] != 0.0f) FZ_FAIL("%s: state z[%zu] = %g, not 0", what, i, (double)st->z[i]);
+        if (want_finite && !isfinite(st->z[i])) FZ_FAIL("%s: finite inputs but state z[%zu] = %g", what, i, (double)st->z[i]);
+    }
+    for (i = 0; i < st->heads; ++i) {
+        if (fresh && st->c[i] != -INFINITY) FZ_FAIL("%s: state c[%zu] = %g, not -inf", what, i, (double)st->c[i]);
+        if (want_finite && !fresh && st->tokens && !isfinite(st->c[i]))
+            FZ_FAIL("%s: finite inputs but state c[%zu] = %g after %llu tokens", what, i, (double)st->c[i],
+                    st->tokens);
+    }
+    if (fresh && st->tokens) FZ_FAIL("%s: state tokens = %llu, not 0", what, st->tokens);
+}
+
+static void op_state(fz_rd *r, unsigned hflags)
+{
+    fz_shape sh;
+    fz_fcfg fc;
+    unsigned b, nsteps, it, imut;
+    size_t sfl, w, heads, dv;
+    int tainted = 0, fok;
+    favor_status s;
+    favor_state before;
+    ctx("state ");
+    dec_shape(r, &sh);
+    dec_fcfg(r, &fc, sh.d);
+    make_features(&fc);
+    fok = feat_valid(&g_f);
+    w = feat_width(&g_f);
+    b = rd8(r);
+    imut = b;
+    heads = sh.hkv;
+    dv = sh.dv;
+    if ((b & 0xf0) == 0xf0) { /* init mutations */
+        if ((b & 3) == 0) heads = 0;
+        if ((b & 3) == 1) dv = 0;
+        if ((b & 3) == 2) heads = SIZE_MAX / 2;
+        if ((b & 3) == 3) dv = SIZE_MAX / 3;
+    }
+    sfl = favor_state_floats(&g_f, heads, dv);
+    if (fok && heads && dv && heads <= 64 && dv <= 64) {
+        /* at least S, z, c and the scratch; affine in heads (a fixed part per head) */
+        size_t least = FZ_STATE_FLOATS_MIN(heads, w, dv);
+        size_t one = favor_state_floats(&g_f, 1, dv), two = favor_state_floats(&g_f, 2, dv);
+        if (sfl < least) FZ_FAIL("favor_state_floats = %zu < %zu (S, z, c and scratch)", sfl, least);
+        if (sfl != one + (heads - 1) * (two - one))
+            FZ_FAIL("favor_state_floats is not affine in heads: %zu, %zu, %zu", one, two, sfl);
+    } else if (sfl && !(fok && heads && dv)) {
+        FZ_FAIL("favor_state_floats = %zu for arguments favor_state_init rejects", sfl);
+    }
+    if (sfl && sfl <= ((size_t)1 << 22)) {
+        g_stbuf = new_buf(sfl);
+        alloc_buf(g_stbuf);
+        fill_garbage(g_b[g_stbuf].mem, sfl * 4, 31u);
+    }
+    memset(&g_st, 0xab, sizeof g_st);
+    before = g_st;
+    {
+        float *storage = g_stbuf >= 0 && (imut & 0xf8) != 0xe8 ? (float *)(void *)g_b[g_stbuf].mem : NULL;
+        favor_features *fp = (imut & 0xfc) == 0xe4 ? NULL : &g_f;
+        int want_ok = fp && fok && heads && dv && sfl && storage;
+        if (g_stbuf >= 0) memcpy(g_b[g_stbuf].snap, g_b[g_stbuf].mem, sfl * 4);
+        s = favor_state_init((imut & 0xfc) == 0xe0 ? NULL : &g_st, fp, heads, dv, storage);
+        ctx("state_init(heads=%zu dv=%zu storage=%p) ", heads, dv, (void *)storage);
+        report("favor_state_init", s, !want_ok, want_ok && (imut & 0xfc) != 0xe0, 0);
+        if ((imut & 0xfc) == 0xe0) {
+            if (s == FAVOR_OK) FZ_FAIL("favor_state_init(NULL, ...) returned FAVOR_OK");
+            return;
+        }
+        if (s != FAVOR_OK) {
+            if (want_ok) FZ_FAIL("favor_state_init rejected valid arguments: %s", favor_status_string(s));
+            if (memcmp(&before, &g_st, sizeof g_st)) FZ_FAIL("failed favor_state_init changed the state struct");
+            if (g_stbuf >= 0 && memcmp(g_b[g_stbuf].snap, g_b[g_stbuf].mem, sfl * 4))
+                FZ_FAIL("failed favor_state_init wrote its storage");
+            favor_state_reset(NULL);
+            return;
+        }
+        if (!want_ok) FZ_FAIL("favor_state_init accepted invalid arguments");
+    }
+    g_have_st = 1;
+    if (g_st.heads != heads || g_st.width != w || g_st.dv != dv || g_st.dim != g_f.dim ||
+        g_st.kernel != g_f.kernel || g_st.s != (float *)(void *)g_b[g_stbuf].mem)
+        FZ_FAIL("favor_state_init: wrong fields");
+    check_state_contents(&g_st, 1, 0, "favor_state_init");
+    nsteps = 1 + rd8(r) % 4;
+    for (it = 0; it < nsteps; ++it) {
+        unsigned kind = rd8(r), smut = rd8(r);
+        fz_ocfg oc;
+        fz_ext_args a;
+        fz_verdict vd = {0, 1, NULL};
+        size_t n, query = 0, gnv = 0;
+        favor_state saved = g_st;
+        int fin, i;
+        char what[64];
+        unsigned long long tok0 = g_st.tokens;
+        if (kind % 8 == 7) { /* reset */
+            favor_state_reset(&g_st);
+            check_state_contents(&g_st, 1, 0, "favor_state_reset");
+            tainted = 0;
+            ctx("| reset ");
+            continue;
+        }
+        a.step = kind % 8 >= 5;
+        n = a.step ? ((kind & 0x80) ? 2 : 1) : dec_len(rd8(r));
+        ctx("| %s n=%zu ", a.step ? "step" : "extend", n);
+        dec_ocfg(r, &oc);
+        /* drop the views of the previous step, keep W and the state */
+        g_nv = 0;
+        g_nb = g_stbuf + 1 > g_fbuf + 1 ? g_stbuf + 1 : g_fbuf + 1;
+        add_w_views();
+        add_range_view("state", R_STATE, g_stbuf, 0, sfl);
+        gnv = (size_t)g_nv;
+        (void)gnv;
+        a.q = add_view(r, "q", R_IN, sh.hq, n, sh.d);
+        a.k = add_view(r, "k", R_IN, sh.hkv, n, sh.d);
+        a.v = add_view(r, "v", R_IN, sh.hkv, n, sh.dv);
+        a.o = add_view(r, "out", R_OUT, sh.hq, n, sh.dv);
+        a.oc = &oc;
+        a.f = &g_f;
+        a.st = &g_st;
+        switch (smut % 16) { /* state struct mutations (restored below) */
+        case 1: g_st.s = NULL; break;
+        case 2: g_st.scratch = NULL; break;
+        case 3: g_st.kernel = (favor_kernel)((g_st.kernel + 1) % 5); break;
+        case 4: g_st.dim += 1; break;
+        case 5: if (g_st.heads > 1) g_st.heads -= 1; break; /* smaller: stays inside the storage */
+        case 6: g_st.width += 1; break;
+        case 7: a.st = NULL; break;
+        case 8: a.f = NULL; break;
+        case 9: g_st.c = NULL; break;
+        default: break;
+        }
+        if (smut % 16) ctx("[state mutation %u] ", smut % 16);
+        layout_views();
+        finish_range_views();
+        fill_views(r);
+        if (!a.step) add_ignored_lse(&oc);
+        if (!a.step) {
+            query = favor_linear_extend_workspace(a.f, a.st, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+            setup_ws(&oc, query);
+        } else {
+            oc.ws_mode = 0;
+        }
+        verdict_views(&vd);
+        if (!a.st || !g_st.s || !g_st.z || !g_st.c || !g_st.scratch) { vd.must_fail = 1; vd.why_fail = "state NULL"; }
+        verdict_features(&vd, a.f, a.q->t.cols);
+        if (!a.step && !oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
+        if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
+            !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t) && a.k->t.rows == a.q->t.rows &&
+              a.k->t.heads == g_st.heads && a.v->t.cols == g_st.dv && g_st.kernel == g_f.kernel &&
+              g_st.dim == g_f.dim && g_st.width == feat_width(&g_f) && (!a.step || a.q->t.rows == 1))) {
+            vd.must_fail = 1;
+            vd.why_fail = "shapes do not match";
+        }
+        if (!a.step) {
+            verdict_ws(&vd, &oc);
+            if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+        }
+        fin = !tainted && all_inprom() && fok &&
+              scale_in_promise(a.step ? g_f.scale : lin_scale(&oc));
+        snprintf(what, sizeof what, "%s (call %u)", a.step ? "favor_linear_step" : "favor_linear_extend", it);
+        {
+            favor_state copy = g_st;
+            s = run_protocol(what, call_extend, &a, &vd, a.step ? NULL : &oc, fin,
+                             !a.step && (hflags & 1), (unsigned char *)&copy, &g_st, sizeof g_st);
+            (void)copy;
+        }
+        /* undo the struct mutations */
+        {
+            unsigned long long tok = g_st.tokens;
+            g_st = saved;
+            g_st.tokens = tok;
+        }
+        if (s == FAVOR_OK) {
+            if (g_st.tokens != tok0 + a.q->t.rows)
+                FZ_FAIL("%s: tokens %llu -> %llu after %zu rows", what, tok0, g_st.tokens, a.q->t.rows);
+            if (!fin) tainted = 1;
+            check_state_contents(&g_st, 0, !tainted, what);
+        } else if (g_st.tokens != tok0) {
+            FZ_FAIL("%s failed but tokens changed", what);
+        }
+        for (i = 0; i < g_nv; ++i) g_v[i].used = 0;
+    }
+    favor_state_reset(&g_st);
+    check_state_contents(&g_st, 1, 0, "favor_state_reset");
+}
+
+/* ---- op 6: features init / redraw / width / floats ---- */
+static void op_features(fz_rd *r, unsigned hflags)
+{
+    unsigned b = rd8(r);
+    int kernel = dec_kernel(b);
+    size_t dim, count, fl, want = 0, md, i, j, l;
+    unsigned flags, sm = rd8(r);
+    unsigned long long seed;
+    favor_features f, f0;
+    favor_status s;
+    float *storage = NULL;
+    int sb = -1, valid;
+    static const size_t bigs[] = {SIZE_MAX, SIZE_MAX / 2, SIZE_MAX / 8 + 1, (size_t)1 << 32, (size_t)1 << 31,
+                                  ((size_t)1 << 62) + 1, 3037000500u, 100000};
+    (void)hflags;
+    b = rd8(r);
+    dim = b >= 248 ? bigs[b - 248] : b == 247 ? 0 : 1 + b % 40;
+    b = rd8(r);
+    count = b >= 248 ? bigs[b - 248] : b == 247 ? 0 : b % 64;
+    b = rd8(r);
+    flags = b < 248 ? (b & 3u) : 1u << (2 + b % 30);
+    seed = rd32(r);
+    seed |= (unsigned long long)rd32(r) << 32;
+    ctx("features_init(kernel=%d dim=%zu count=%zu flags=%#x seed=%llu) ", kernel, dim, count, flags, seed);
+    fl = favor_features_floats((favor_kernel)kernel, dim, count);
+    valid = kernel >= 0 && kernel <= 4 && !(flags & ~3u) && dim &&
+            (kernel == FAVOR_ELU1 ? (count == 0 || count == dim) : count != 0);
+    if (kernel >= 1 && kernel <= 4 && dim && count) {
+        int ovf = 0;
+        want = fz_add(fz_mul(fz_mul(count, dim, &ovf), 2, &ovf), fz_mul(2, dim, &ovf), &ovf);
+        fz_mul(want, sizeof(float), &ovf);
+        if (ovf) want = 0;
+    }
+    if (fl != want) FZ_FAIL("favor_features_floats = %zu, expected %zu", fl, want);
+    if (kernel >= 1 && kernel <= 4 && dim && count && !fl) valid = 0; /* overflow */
+    if (fl && fl <= ((size_t)1 << 20) && (sm & 3) != 3) {
+        sb = new_buf(fl);
+        alloc_buf(sb);
+        fill_garbage(g_b[sb].mem, fl * 4, 5u);
+        memcpy(g_b[sb].snap, g_b[sb].mem, fl * 4);
+        storage = (float *)(void *)g_b[sb].mem;
+    } else if (fl) {
+        valid = 0; /* too big to give: NULL storage must be refused */
+    } else if ((sm & 3) == 2) {
+        storage = g_dummy_store; /* overflowing sizes: must be refused before use */
+    }
+    if (kernel != FAVOR_ELU1 && !storage) valid = 0;
+    memset(&f, 0x5a, sizeof f);
+    f0 = f;
+    s = favor_features_init((sm & 0xfc) == 0xfc ? NULL : &f, (favor_kernel)kernel, dim, count, flags, seed, storage);
+    report("favor_features_init", s, !valid, valid, 1);
+    if ((sm & 0xfc) == 0xfc) {
+        if (s != FAVOR_E_NULL) FZ_FAIL("favor_features_init(NULL, ...) returned %d", (int)s);
+        return;
+    }
+    if (s != FAVOR_OK) {
+        if (valid) FZ_FAIL("favor_features_init rejected valid arguments: %s", favor_status_string(s));
+        if (memcmp(&f, &f0, sizeof f)) FZ_FAIL("failed favor_features_init changed the struct");
+        if (sb >= 0 && memcmp(g_b[sb].mem, g_b[sb].snap, fl * 4)) FZ_FAIL("failed favor_features_init wrote its storage");
+        if (favor_features_width(&f) != 0) FZ_FAIL("favor_features_width of garbage != 0");
+        return;
+    }
+    if (!valid) FZ_FAIL("favor_features_init accepted invalid arguments");
+    if ((int)f.kernel != kernel || f.flags != flags || f.dim != dim || f.seed != seed ||
+        f.count != (kernel == FAVOR_ELU1 ? dim : count) ||
+        f.scale != (float)(1.0 / sqrt((double)dim)) ||
+        (kernel == FAVOR_ELU1 ? (f.w != NULL || f.wt != NULL) : (f.w != storage || f.wt != storage + count * dim)))
+        FZ_FAIL("favor_features_init: wrong fields");
+    if (favor_features_width(&f) != feat_width(&f)) FZ_FAIL("favor_features_width = %zu", favor_features_width(&f));
+    if (kernel == FAVOR_ELU1) {
+        if (favor_features_redraw(&f, seed + 1) != FAVOR_OK) FZ_FAIL("redraw of ELU1 failed");
+        return;
+    }
+    md = count * dim;
+    for (i = 0; i < md; ++i)
+        if (!isfinite(f.w[i])) FZ_FAIL("W[%zu] = %g", i, (double)f.w[i]);
+    for (i = 0; i < count; ++i)
+        for (j = 0; j < dim; ++j)
+            if (f2bits(f.w[i * dim + j]) != f2bits(f.wt[j * count + i])) FZ_FAIL("W^T is not the transpose of W at (%zu, %zu)", i, j);
+    if (count * dim * dim <= 200000) /* orthogonal blocks, regular norms */
+        for (i = 0; i < count; ++i) {
+            double ni = 0.0;
+            for (l = 0; l < dim; ++l) ni += (double)f.w[i * dim + l] * f.w[i * dim + l];
+            if ((flags & FAVOR_REGULAR_NORM) && fabs(sqrt(ni) - sqrt((double)dim)) > 1e-4 * sqrt((double)dim))
+                FZ_FAIL("FAVOR_REGULAR_NORM: |W row %zu| = %g, not sqrt(%zu)", i, sqrt(ni), dim);
+            if (!(flags & FAVOR_IID))
+                for (j = i / dim * dim; j < i; ++j) {
+                    double nj = 0.0, dot = 0.0;
+                    for (l = 0; l < dim; ++l) {
+                        nj += (double)f.w[j * dim + l] * f.w[j * dim + l];
+                        dot += (double)f.w[i * dim + l] * f.w[j * dim + l];
+                    }
+                    if (fabs(dot) > 1e-4 * sqrt(ni * nj))
+                        FZ_FAIL("W rows %zu and %zu of one block are not orthogonal: %g", i, j, dot / sqrt(ni * nj));
+                }
+        }
+    /* redraw with the same seed: bit-identical W; invalid structs are refused untouched */
+    memcpy(g_b[sb].snap, g_b[sb].mem, fl * 4);
+    memset(g_b[sb].mem + md * 8, 0x77, dim * 8); /* the sampling scratch row */
+    if (favor_features_redraw(&f, seed) != FAVOR_OK) FZ_FAIL("favor_features_redraw failed");
+    if (memcmp(g_b[sb].mem, g_b[sb].snap, md * 8)) FZ_FAIL("favor_features_redraw with the same seed changed W");
+    {
+        favor_features g = f;
+        unsigned m2 = rd8(r);
+        switch (m2 % 6) {
+        case 0: g.kernel = (favor_kernel)dec_kernel(250 + m2 / 6 % 6); break;
+        case 1: g.flags |= 1u << (2 + m2 % 30); break;
+        case 2: g.scale = dec_scale(192 + m2 % 20, m2); if (g.scale > 0.0f && g.scale <= FLT_MAX) g.w = NULL; break;
+        case 3: g.w = NULL; break;
+        case 4: g.dim = 0; break;
+        default: g.count = 0; break;
+        }
+        memcpy(g_b[sb].snap, g_b[sb].mem, fl * 4);
+        f0 = g;
+        s = favor_features_redraw(&g, seed + 7);
+        if (s == FAVOR_OK) FZ_FAIL("favor_features_redraw accepted invalid features");
+        if (memcmp(&f0, &g, sizeof g) || memcmp(g_b[sb].mem, g_b[sb].snap, fl * 4))
+            FZ_FAIL("failed favor_features_redraw changed something");
+        if (favor_features_width(&g) != 0) FZ_FAIL("favor_features_width of invalid features != 0");
+        if (favor_features_redraw(NULL, 1) != FAVOR_E_NULL) FZ_FAIL("favor_features_redraw(NULL)");
+        if (favor_features_width(NULL) != 0) FZ_FAIL("favor_features_width(NULL)");
+    }
+}
+
+/* ---- op 7: small functions and NULL arguments ---- */
+static void op_misc(fz_rd *r, unsigned hflags)
+{
+    int k;
+    uint32_t sv;
+    size_t h, rows, cols;
+    favor_tensor t;
+    favor_options o = favor_default_options();
+    const char *be = favor_backend();
+    static float one[8];
+    favor_tensor T1;
+    favor_features fe;
+    favor_state st;
+    (void)hflags;
+    ctx("misc ");
+#if defined(FAVOR_NO_SIMD)
+    if (strcmp(be, "scalar")) FZ_FAIL("favor_backend() = %s under FAVOR_NO_SIMD", be);
+#elif defined(__AVX2__) && defined(__FMA__)
+    if (strcmp(be, "avx2")) FZ_FAIL("favor_backend() = %s with AVX2+FMA", be);
+#endif
+    if (o.flags || o.scale != 0.0f || o.threads || o.workspace || o.workspace_size || o.lse)
+        FZ_FAIL("favor_default_options is not all zero");
+    for (k = -3; k < 12; ++k) {
+        const char *s = favor_status_string((favor_status)k);
+        if (!s) FZ_FAIL("favor_status_string(%d) = NULL", k);
+        if ((k >= 0 && k <= 7) != (strncmp(s, "FAVOR_", 6) == 0)) FZ_FAIL("favor_status_string(%d) = %s", k, s);
+    }
+    sv = rd32(r);
+    if (!favor_status_string((favor_status)(int)sv)) FZ_FAIL("favor_status_string(%d) = NULL", (int)sv);
+    h = rd32(r);
+    rows = (size_t)rd32(r) | (size_t)rd32(r) << 32;
+    cols = (size_t)rd32(r) | (size_t)rd32(r) << 32;
+    t = favor_tensor_packed(one, h, rows, cols);
+    if (t.data != one || t.heads != h || t.rows != rows || t.cols != cols || t.row_stride != cols)
+        FZ_FAIL("favor_tensor_packed: wrong fields");
+    {
+        int ovf = 0;
+        size_t hs = fz_mul(rows, cols, &ovf);
+        if (t.head_stride != (ovf ? SIZE_MAX : hs)) FZ_FAIL("favor_tensor_packed: head_stride %zu", t.head_stride);
+    }
+    /* an absurd packed tensor is refused by every entry point */
+    if (h > 1 || rows > 1 || cols > 2) {
+        int ovf = 0;
+        size_t span = fz_add(fz_add(fz_mul(h ? h - 1 : 0, t.head_stride, &ovf), fz_mul(rows ? rows - 1 : 0, cols, &ovf), &ovf), cols, &ovf);
+        fz_mul(span, 4, &ovf);
+        if (ovf && h && rows && cols) {
+            favor_tensor small = favor_tensor_packed(one, 1, 1, 1);
+            if (favor_softmax_attention(&t, &small, &small, &small, NULL) == FAVOR_OK ||
+                favor_softmax_attention(&small, &small, &small, &t, NULL) == FAVOR_OK)
+                FZ_FAIL("an overflowing packed tensor was accepted");
+        }
+    }
+    /* NULL everywhere: never a crash, never FAVOR_OK */
+    T1 = favor_tensor_packed(one, 1, 1, 1);
+    memset(&fe, 0, sizeof fe);
+    memset(&st, 0, sizeof st);
+    if (favor_softmax_attention(NULL, &T1, &T1, &T1, NULL) != FAVOR_E_NULL ||
+        favor_softmax_attention(&T1, &T1, &T1, NULL, NULL) != FAVOR_E_NULL ||
+        favor_softmax_attention_backward(&T1, &T1, &T1, &T1, &T1, &T1, &T1, NULL, NULL) != FAVOR_E_NULL ||
+        favor_linear_attention(NULL, &T1, &T1, &T1, &T1, NULL) != FAVOR_E_NULL ||
+        favor_linear_attention_backward(NULL, &T1, &T1, &T1, &T1, &T1, &T1, &T1, NULL) != FAVOR_E_NULL ||
+        favor_feature_map(NULL, &T1, &T1, FAVOR_QUERY) != FAVOR_E_NULL ||
+        favor_linear_extend(NULL, &st, &T1, &T1, &T1, &T1, NULL) != FAVOR_E_NULL ||
+        favor_linear_extend(&fe, NULL, &T1, &T1, &T1, &T1, NULL) != FAVOR_E_NULL ||
+        favor_linear_step(NULL, &st, &T1, &T1, &T1, &T1) != FAVOR_E_NULL ||
+        favor_state_init(NULL, &fe, 1, 1, one) != FAVOR_E_NULL ||
+        favor_features_init(NULL, FAVOR_ELU1, 1, 1, 0, 0, NULL) != FAVOR_E_NULL)
+        FZ_FAIL("a NULL argument did not give FAVOR_E_NULL");
+    if (favor_softmax_attention_workspace(NULL, NULL, NULL, NULL) ||
+        favor_softmax_attention_backward_workspace(NULL, NULL, NULL, NULL) ||
+        favor_linear_attention_workspace(NULL, NULL, NULL, NULL, NULL) ||
+        favor_linear_attention_backward_workspace(NULL, NULL, NULL, NULL, NULL) ||
+        favor_linear_extend_workspace(NULL, NULL, NULL, NULL, NULL, NULL) ||
+        favor_state_floats(NULL, 1, 1) || favor_features_width(NULL))
+        FZ_FAIL("a query with NULL arguments is not 0");
+    favor_state_reset(NULL);
+    favor_state_reset(&st); /* s == NULL: nothing */
+    if (favor_softmax_attention(&T1, &T1, &T1, &T1, NULL) != FAVOR_E_ALIAS)
+        FZ_FAIL("out == q was not refused with FAVOR_E_ALIAS");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entry point                                                              */
+/* ------------------------------------------------------------------------ */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_rd r;
+    unsigned op, hflags;
+    uint64_t h = 0x12345;
+    size_t i;
+    r.p = data;
+    r.n = size;
+    r.i = 0;
+    for (i = 0; i < size && i < 64; ++i) h = mix64(h ^ data[i]);
+    r.rng = h;
+    reset_call();
+    op = rd8(&r) % 8;
+    hflags = rd8(&r);
+    switch (op) {
+    case 0: op_softmax(&r, hflags); break;
+    case 1: op_softmax_bwd(&r, hflags); break;
+    case 2: op_linear(&r, hflags); break;
+    case 3: op_linear_bwd(&r, hflags); break;
+    case 4: op_feature_map(&r, hflags); break;
+    case 5: op_state(&r, hflags); break;
+    case 6: op_features(&r, hflags); break;
+    default: op_misc(&r, hflags); break;
+    }
+    fz_free_all();
+    for (i = 0; i < sizeof g_dummy_store / sizeof g_dummy_store[0]; ++i)
+        if (g_dummy_store[i] != 0.0f) FZ_FAIL("the dummy buffer behind an invalid view was written");
+    return 0;
+}

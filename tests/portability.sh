@@ -1,0 +1,116 @@
+#!/bin/sh
+# The portability matrix (run by .ci/run; each job can be run alone):
+#
+#   sh tests/portability.sh opt        gcc and clang at -O0, -O2, -O3, -Werror: build, ctest
+#   sh tests/portability.sh pedantic   the header alone, -std=c99 -pedantic -Werror
+#                                      -Wall -Wextra, gcc and clang, every x86 backend
+#   sh tests/portability.sh cxx        the header as C++11 (g++, clang++, -Werror):
+#                                      tests/cxx/cxx_smoke.cpp, scalar and AVX2, run
+#   sh tests/portability.sh m32        32-bit x86 (gcc -m32): build, ctest (scalar, AVX2)
+#   sh tests/portability.sh cortex-m4  arm-none-eabi-gcc, Cortex-M4 hard float, scalar,
+#                                      FAVOR_NO_MALLOC: compile, link, report code size
+#
+# AArch64 (NEON and forced scalar, under qemu) is the second half of
+# tests/run_all.sh. Prerequisites beyond the README's: gcc-multilib and
+# libcmocka-dev:i386 (m32; gcc-multilib conflicts with gcc-aarch64-linux-gnu on
+# Debian, so .ci/run installs it last), gcc-arm-none-eabi and
+# libnewlib-arm-none-eabi (cortex-m4). Build trees go to build/portability/.
+set -eu
+cd "$(dirname "$0")/.."
+jobs=${FAVOR_JOBS:-2}
+out=build/portability
+mkdir -p "$out"
+
+job_opt() {
+    for cc in gcc clang; do
+        for opt in O0 O2 O3; do
+            echo "== $cc -$opt -Werror: build and test"
+            dir=$out/$cc-$opt
+            CC=$cc cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release \
+                "-DCMAKE_C_FLAGS_RELEASE=-$opt" -DFAVOR_WERROR=ON -DFAVOR_BUILD_BENCH=OFF >/dev/null
+            cmake --build "$dir" -j"$jobs" >/dev/null
+            if ! ctest --test-dir "$dir" --output-on-failure -j"$jobs" > "$dir/ctest.log" 2>&1; then
+                cat "$dir/ctest.log"
+                exit 1
+            fi
+            tail -n 3 "$dir/ctest.log"
+        done
+    done
+}
+
+job_pedantic() {
+    printf '#define FAVOR_IMPLEMENTATION\n#include "favor.h"\n' > "$out/impl.c"
+    for cc in gcc clang; do
+        for std in c99 c11; do
+            for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma" "-DFAVOR_STATIC -mavx2 -mfma"; do
+                echo "== $cc -std=$std -pedantic -Werror -Wall -Wextra $backend"
+                # shellcheck disable=SC2086
+                $cc -std=$std -pedantic -Werror -Wall -Wextra -Wshadow -Wstrict-prototypes \
+                    -Wmissing-prototypes -Wcast-qual -Wundef $backend -Iinclude \
+                    -c "$out/impl.c" -o "$out/impl.o"
+            done
+        done
+    done
+}
+
+job_cxx() {
+    for cxx in g++ clang++; do
+        for std in c++11 c++17; do
+            for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma"; do
+                echo "== $cxx -std=$std -Werror $backend: tests/cxx/cxx_smoke.cpp"
+                # shellcheck disable=SC2086
+                $cxx -std=$std -O2 -Wall -Wextra -pedantic -Werror $backend -Iinclude \
+                    tests/cxx/cxx_smoke.cpp -o "$out/cxx_smoke"
+                "$out/cxx_smoke"
+            done
+        done
+    done
+}
+
+job_m32() {
+    echo "== gcc -m32: build and test (i386 ABI: scalar and AVX2 variants)"
+    dir=$out/m32
+    CC=gcc cmake -S . -B "$dir" -DCMAKE_TOOLCHAIN_FILE=cmake/i386-m32.cmake \
+        -DFAVOR_WERROR=ON -DFAVOR_BUILD_BENCH=OFF
+    cmake --build "$dir" -j"$jobs"
+    file "$dir/test_softmax_scalar" 2>/dev/null || true
+    ctest --test-dir "$dir" --output-on-failure -j"$jobs"
+}
+
+job_cortex_m4() {
+    echo "== arm-none-eabi-gcc -mcpu=cortex-m4 -mfloat-abi=hard, scalar, FAVOR_NO_MALLOC"
+    flags="-mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16 -Os -ffunction-sections -fdata-sections"
+    # shellcheck disable=SC2086
+    arm-none-eabi-gcc -std=c99 -pedantic -Wall -Wextra -Werror $flags -Iinclude \
+        -c tests/cortex_m4.c -o "$out/cortex_m4.o"
+    # shellcheck disable=SC2086
+    arm-none-eabi-gcc $flags --specs=nosys.specs -Wl,--gc-sections \
+        "$out/cortex_m4.o" -lm -o "$out/cortex_m4.elf"
+    # the library alone: every entry point, no caller
+    printf '#define FAVOR_NO_SIMD\n#define FAVOR_NO_MALLOC\n#define FAVOR_IMPLEMENTATION\n#include "favor.h"\n' \
+        > "$out/cortex_m4_lib.c"
+    # shellcheck disable=SC2086
+    arm-none-eabi-gcc -std=c99 -pedantic -Wall -Wextra -Werror $flags -Iinclude \
+        -c "$out/cortex_m4_lib.c" -o "$out/cortex_m4_lib.o"
+    arm-none-eabi-size "$out/cortex_m4_lib.o" "$out/cortex_m4.o" "$out/cortex_m4.elf"
+    set -- $(arm-none-eabi-size "$out/cortex_m4_lib.o" | awk 'NR == 2 { print $1, $2, $3 }')
+    echo "favor.h on Cortex-M4 (scalar, -Os): $1 bytes of code, $2 of data, $3 of bss"
+    # no global state: the library's object has nothing in .data or .bss
+    if [ "$2" != 0 ] || [ "$3" != 0 ]; then echo "cortex-m4: favor.h has static data" >&2; exit 1; fi
+    # the same program on the host, run: every call returns FAVOR_OK
+    cc -std=c99 -Wall -Wextra -Werror -Iinclude tests/cortex_m4.c -lm -o "$out/cortex_m4_host"
+    "$out/cortex_m4_host"
+}
+
+if [ $# -eq 0 ]; then set -- opt pedantic cxx; fi
+for job in "$@"; do
+    case $job in
+    opt) job_opt ;;
+    pedantic) job_pedantic ;;
+    cxx) job_cxx ;;
+    m32) job_m32 ;;
+    cortex-m4) job_cortex_m4 ;;
+    *) echo "usage: sh tests/portability.sh [opt|pedantic|cxx|m32|cortex-m4]..." >&2; exit 2 ;;
+    esac
+done
+echo "== portability: $* passed"
