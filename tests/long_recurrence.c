@@ -94,7 +94,7 @@ static float unif(uint64_t *s)
 static void gen(uint64_t t0, size_t rows, float *q, float *k, float *v)
 {
     const double tau = 6.283185307179586;
-    double mq[D], mk[D], mv[DV], a = 1;
+    double mq[D] = {0}, mk[D] = {0}, mv[DV] = {0}, a = 1; /* set at r = 0 */
     size_t r, c;
     for (r = 0; r < rows; ++r) {
         uint64_t s = (t0 + r) * 0x2545f4914f6cdd1dull;
