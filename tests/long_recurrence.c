@@ -55,6 +55,7 @@
  * the causal forms), here after 10^6 and 5*10^6 tokens. */
 #define FAVOR_IMPLEMENTATION
 #include "favor.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -380,14 +381,7 @@ int main(int argc, char **argv)
 {
     uint64_t tokens = argc > 1 ? (uint64_t)strtoull(argv[1], NULL, 10) : 10000000ull;
     int fails;
-#ifdef FAVOR_EXPECT_BACKEND
-    if (strcmp(favor_backend(), FAVOR_EXPECT_BACKEND) != 0) {
-        fprintf(stderr, "backend is %s, this build expected %s\n", favor_backend(),
-                FAVOR_EXPECT_BACKEND);
-        return 1;
-    }
-#endif
-    printf("backend: %s\n", favor_backend());
+    if (tu_check_backend() != 0) return 1;
     fails = run(FAVOR_ELU1, tokens);
     fails += run(FAVOR_POSITIVE, tokens);
     printf("%s\n", fails ? "FAILED" : "passed");
