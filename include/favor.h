@@ -408,7 +408,9 @@ FAVOR_API favor_status favor_state_init(favor_state *st, const favor_features *f
                                         size_t heads, size_t dv, float *storage);
 
 /* Forget every absorbed token: O(heads width d_v), no memory; a NULL or unbound
- * state is left alone. */
+ * state is left alone. Writes every float of the storage (scratch included), so
+ * a reset state is the same bytes as a fresh one and can be copied, compared or
+ * saved whole. */
 FAVOR_API void favor_state_reset(favor_state *st);
 
 /* Causal linear attention of a block of n new tokens after the tokens already in
@@ -2493,6 +2495,9 @@ FAVOR_API void favor_state_reset(favor_state *st)
     memset(st->s, 0, st->heads * st->width * st->dv * sizeof(float));
     memset(st->z, 0, st->heads * st->width * sizeof(float));
     memset(st->comp, 0, st->heads * st->width * (st->dv + 1) * sizeof(float));
+    /* the scratch rows too, so every float of the storage is defined after a reset:
+       a state can be copied, compared or written out byte for byte */
+    memset(st->scratch, 0, favor__chunk_floats(1, st->width) * sizeof(float));
     for (h = 0; h < st->heads; ++h) st->c[h] = -INFINITY;
     st->tokens = 0;
 }

@@ -33,7 +33,8 @@ job_valgrind() {
     echo "== valgrind memcheck: every test binary of the suite"
     # -O1 -g: readable reports. Left out: the bench; the training smoke test and
     # the interop test (driven by cmake -P and Python, not wrapped); the 10^7-token
-    # recurrence (minutes under valgrind; the ASan jobs run it).
+    # recurrence and the exp sweep (minutes under valgrind, register arithmetic on
+    # a few small arrays; the ASan jobs run both).
     dir=$out/valgrind
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DFAVOR_BUILD_BENCH=OFF \
@@ -42,7 +43,7 @@ job_valgrind() {
     cmake --build "$dir" -j"$jobs" >/dev/null
     # valgrind runs threads one at a time: OpenMP spinning would only burn time
     OMP_WAIT_POLICY=passive ctest --test-dir "$dir" --output-on-failure -j"$jobs" \
-        -E 'favor_train_smoke|forced_|long_recurrence|interop' --timeout 1500
+        -E 'favor_train_smoke|forced_|long_recurrence|standalone_exp|interop' --timeout 1500
 }
 
 if [ $# -eq 0 ]; then set -- asan-gcc asan-clang valgrind tsan fuzz; fi

@@ -15,6 +15,7 @@
  *     identical to the first. A causal call with n_k > n (a prefix of n_k - n
  *     keys) equals extend (or step) over the prefix tokens, outputs discarded,
  *     followed by extend (or step) over the last n, and matches ref_linear.
+ * (c) State storage fully defined after init and reset (see the test).
  *
  * Every random-feature map has m = 64. TRIG takes inputs N(0, 0.3^2) throughout
  * (except the ~1e3 rows of (a)): with d = 16, |q' - k'|^2 is about 0.7, so each
@@ -577,6 +578,61 @@ static void test_prefix_extend(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* (c) favor_state_init and favor_state_reset write every float of the storage:
+ * storage filled with a byte pattern first holds none of it after init, and a
+ * reset after tokens were absorbed gives the same bytes as a fresh init. */
+static void test_state_storage_defined(void **state)
+{
+    const size_t hkv = 2, hq = 4, n = 70, d = 16, dv = 12;
+    size_t k, i;
+    int fails = 0;
+    (void)state;
+    for (k = 0; k < NKERNELS; ++k) {
+        favor_features f;
+        float *wstore = NULL, *store, *fresh;
+        unsigned char *bytes;
+        size_t floats, left = 0;
+        favor_state st;
+        tu_rng rng;
+        tv_buf Q, K, V, O;
+        favor_status s = make_features(&f, kernels[k], d, 700 + k, &wstore);
+        assert_int_equal(s, FAVOR_OK);
+        floats = favor_state_floats(&f, hkv, dv);
+        assert_true(floats > 0);
+        store = (float *)malloc(floats * sizeof *store);
+        fresh = (float *)malloc(floats * sizeof *fresh);
+        memset(store, 0xA5, floats * sizeof *store);
+        assert_int_equal(favor_state_init(&st, &f, hkv, dv, store), FAVOR_OK);
+        bytes = (unsigned char *)store;
+        for (i = 0; i < floats; ++i) {
+            static const unsigned char pat[4] = { 0xA5, 0xA5, 0xA5, 0xA5 };
+            if (memcmp(bytes + i * sizeof(float), pat, sizeof pat) == 0) ++left;
+        }
+        memcpy(fresh, store, floats * sizeof *store);
+        rng.s = 7000 + k;
+        tv_make(&Q, hq, n, d, TV_PACKED, &rng, kernel_sigma(kernels[k]));
+        tv_make(&K, hkv, n, d, TV_PACKED, &rng, kernel_sigma(kernels[k]));
+        tv_make(&V, hkv, n, dv, TV_PACKED, &rng, 1.0);
+        tv_make(&O, hq, n, dv, TV_PACKED, &rng, -1);
+        s = favor_linear_extend(&f, &st, &Q.t, &K.t, &V.t, &O.t, NULL);
+        if (s == FAVOR_OK) s = step_all(&f, &st, &Q.t, &K.t, &V.t, &O.t);
+        favor_state_reset(&st);
+        print_message("%-10s %zu floats: %zu unwritten by init, reset %s fresh\n",
+                      kernel_name(kernels[k]), floats, left,
+                      memcmp(store, fresh, floats * sizeof *store) ? "differs from" : "equals");
+        if (s != FAVOR_OK || left != 0 || memcmp(store, fresh, floats * sizeof *store) != 0)
+            ++fails;
+        tv_free(&Q);
+        tv_free(&K);
+        tv_free(&V);
+        tv_free(&O);
+        free(store);
+        free(fresh);
+        free(wstore);
+    }
+    assert_int_equal(fails, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -584,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_no_future_dependence_stabilizer_rise),
         cmocka_unit_test(test_recurrent_equals_parallel),
         cmocka_unit_test(test_prefix_extend),
+        cmocka_unit_test(test_state_storage_defined),
     };
     if (tu_check_backend() != 0) return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);
