@@ -1195,11 +1195,30 @@ static void verdict_views(fz_verdict *vd)
     if (!vd->must_fail && exclusive_span_overlap()) vd->should_ok = 0;
 }
 
-static void verdict_ws(fz_verdict *vd, const fz_ocfg *c)
+/* the workspace's part of the verdict (query: what the workspace query said) */
+static void verdict_ws(fz_verdict *vd, const fz_ocfg *c, size_t query)
 {
     if (c->malloc_fail) { vd->must_fail = 1; vd->why_fail = "FAVOR_MALLOC fails"; vd->should_ok = 0; }
     if (c->ws_alias) { vd->must_fail = 1; vd->why_fail = "workspace overlaps a tensor"; vd->should_ok = 0; }
     if (c->ws_small && c->o.workspace) { vd->must_fail = 1; vd->why_fail = "workspace below the query"; vd->should_ok = 0; }
+    if (c->use_opts && c->o.workspace && !c->ws_small && !c->ws_alias && query == 0) vd->should_ok = 0;
+}
+
+/* set up the workspace from the query, then the verdict on the views and options */
+static void verdict_call(fz_verdict *vd, fz_ocfg *c, size_t query)
+{
+    setup_ws(c, query);
+    verdict_views(vd);
+    if (!c->opt_ok) { vd->must_fail = 1; vd->why_fail = "bad options"; }
+}
+
+/* mismatch: the views are valid memory but their shapes do not fit the call */
+static void verdict_mismatch(fz_verdict *vd, int mismatch)
+{
+    if (!vd->must_fail && mismatch) {
+        vd->must_fail = 1;
+        vd->why_fail = "shapes do not match";
+    }
 }
 
 static void judge(const char *what, favor_status s, const fz_verdict *vd, const fz_ocfg *c)
@@ -1477,6 +1496,22 @@ static void finish_range_views(void)
             g_v[i].t.data = (float *)(void *)g_b[g_v[i].buf].mem + g_v[i].off;
 }
 
+/* the inputs of every attention call: q (hq x n x d), k (hkv x nk x d), v (hkv x nk x dv) */
+static void add_qkv(fz_rd *r, const fz_shape *sh, size_t n, size_t nk, fz_view **q, fz_view **k, fz_view **v)
+{
+    *q = add_view(r, "q", R_IN, sh->hq, n, sh->d);
+    *k = add_view(r, "k", R_IN, sh->hkv, nk, sh->d);
+    *v = add_view(r, "v", R_IN, sh->hkv, nk, sh->dv);
+}
+
+/* lay the views out in their buffers, point the range views at theirs, fill the payloads */
+static void place_views(fz_rd *r)
+{
+    layout_views();
+    finish_range_views();
+    fill_views(r);
+}
+
 static void op_softmax(fz_rd *r, unsigned hflags)
 {
     fz_shape sh;
@@ -1489,9 +1524,7 @@ static void op_softmax(fz_rd *r, unsigned hflags)
     ctx("softmax_attention ");
     dec_shape(r, &sh);
     dec_ocfg(r, &oc);
-    a.q = add_view(r, "q", R_IN, sh.hq, sh.n, sh.d);
-    a.k = add_view(r, "k", R_IN, sh.hkv, sh.nk, sh.d);
-    a.v = add_view(r, "v", R_IN, sh.hkv, sh.nk, sh.dv);
+    add_qkv(r, &sh, sh.n, sh.nk, &a.q, &a.k, &a.v);
     a.o = add_view(r, "out", R_OUT, sh.hq, sh.n, sh.dv);
     a.oc = &oc;
     layout_views();
@@ -1500,17 +1533,11 @@ static void op_softmax(fz_rd *r, unsigned hflags)
     finish_range_views();
     fill_views(r);
     query = favor_softmax_attention_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
-    setup_ws(&oc, query);
-    verdict_views(&vd);
-    if (!oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
-    if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
-        !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t)) {
-        vd.must_fail = 1;
-        vd.why_fail = "shapes do not match";
-    }
+    verdict_call(&vd, &oc, query);
+    verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
+                          !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t));
     if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
-    verdict_ws(&vd, &oc);
-    if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+    verdict_ws(&vd, &oc, query);
     causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f);
     s = run_protocol("favor_softmax_attention", call_softmax, &a, &vd, &oc, fin, hflags & 1, NULL, NULL, 0);
@@ -1559,9 +1586,7 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
     ctx("softmax_attention_backward ");
     dec_shape(r, &sh);
     dec_ocfg(r, &oc);
-    a.q = add_view(r, "q", R_IN, sh.hq, sh.n, sh.d);
-    a.k = add_view(r, "k", R_IN, sh.hkv, sh.nk, sh.d);
-    a.v = add_view(r, "v", R_IN, sh.hkv, sh.nk, sh.dv);
+    add_qkv(r, &sh, sh.n, sh.nk, &a.q, &a.k, &a.v);
     a.o = add_view(r, "out", R_IN, sh.hq, sh.n, sh.dv);
     a.g = add_view(r, "dout", R_IN, sh.hq, sh.n, sh.dv);
     a.dq = add_view(r, "dq", R_OUT, sh.hq, sh.n, sh.d);
@@ -1599,19 +1624,14 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
         }
     }
     query = favor_softmax_attention_backward_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
-    setup_ws(&oc, query);
-    verdict_views(&vd);
-    if (!oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
-    if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok && a.g->mem_ok &&
-        a.dq->mem_ok && a.dk->mem_ok && a.dv->mem_ok &&
-        !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.o->t, &a.g->t) &&
-          same_shape(&a.dq->t, &a.q->t) && same_shape(&a.dk->t, &a.k->t) && same_shape(&a.dv->t, &a.v->t))) {
-        vd.must_fail = 1;
-        vd.why_fail = "shapes do not match";
-    }
+    verdict_call(&vd, &oc, query);
+    verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok && a.g->mem_ok &&
+                          a.dq->mem_ok && a.dk->mem_ok && a.dv->mem_ok &&
+                          !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.o->t, &a.g->t) &&
+                            same_shape(&a.dq->t, &a.q->t) && same_shape(&a.dk->t, &a.k->t) &&
+                            same_shape(&a.dv->t, &a.v->t)));
     if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
-    verdict_ws(&vd, &oc);
-    if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+    verdict_ws(&vd, &oc, query);
     causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f) &&
           (!a.lse || !a.lse->mem_ok || consistent);
@@ -1646,6 +1666,23 @@ static void verdict_features(fz_verdict *vd, const favor_features *f, size_t d)
     if (d != f->dim) { vd->must_fail = 1; vd->why_fail = "d != f->dim"; }
 }
 
+/* make the features of c and add W's views; 1 when the call is to get f = NULL */
+static int use_features(const fz_fcfg *c)
+{
+    make_features(c);
+    add_w_views();
+    return (c->mut % 16) == 15 && (c->mutp & 1);
+}
+
+/* decode what a linear attention call takes besides its tensors */
+static int dec_linear(fz_rd *r, fz_shape *sh, fz_fcfg *fc, fz_ocfg *oc)
+{
+    dec_shape(r, sh);
+    dec_fcfg(r, fc, sh->d);
+    dec_ocfg(r, oc);
+    return use_features(fc);
+}
+
 /* an ignored lse (linear attention ignores opts->lse): it must stay untouched */
 static void add_ignored_lse(fz_ocfg *oc)
 {
@@ -1669,34 +1706,19 @@ static void op_linear(fz_rd *r, unsigned hflags)
     int causal, fin, fnull;
     favor_status s;
     ctx("linear_attention ");
-    dec_shape(r, &sh);
-    dec_fcfg(r, &fc, sh.d);
-    dec_ocfg(r, &oc);
-    fnull = (fc.mut % 16) == 15 && (fc.mutp & 1);
-    make_features(&fc);
-    add_w_views();
-    a.q = add_view(r, "q", R_IN, sh.hq, sh.n, sh.d);
-    a.k = add_view(r, "k", R_IN, sh.hkv, sh.nk, sh.d);
-    a.v = add_view(r, "v", R_IN, sh.hkv, sh.nk, sh.dv);
+    fnull = dec_linear(r, &sh, &fc, &oc);
+    add_qkv(r, &sh, sh.n, sh.nk, &a.q, &a.k, &a.v);
     a.o = add_view(r, "out", R_OUT, sh.hq, sh.n, sh.dv);
     a.oc = &oc;
     a.f = fnull ? NULL : &g_f;
-    layout_views();
-    finish_range_views();
-    fill_views(r);
+    place_views(r);
     add_ignored_lse(&oc);
     query = favor_linear_attention_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
-    setup_ws(&oc, query);
-    verdict_views(&vd);
+    verdict_call(&vd, &oc, query);
     verdict_features(&vd, a.f, a.q->t.cols);
-    if (!oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
-    if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
-        !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t)) {
-        vd.must_fail = 1;
-        vd.why_fail = "shapes do not match";
-    }
-    verdict_ws(&vd, &oc);
-    if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+    verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
+                          !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t));
+    verdict_ws(&vd, &oc, query);
     causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
     s = run_protocol("favor_linear_attention", call_linear, &a, &vd, &oc, fin, hflags & 1,
@@ -1734,39 +1756,24 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
     int causal, fin, fnull;
     favor_status s;
     ctx("linear_attention_backward ");
-    dec_shape(r, &sh);
-    dec_fcfg(r, &fc, sh.d);
-    dec_ocfg(r, &oc);
-    fnull = (fc.mut % 16) == 15 && (fc.mutp & 1);
-    make_features(&fc);
-    add_w_views();
-    a.q = add_view(r, "q", R_IN, sh.hq, sh.n, sh.d);
-    a.k = add_view(r, "k", R_IN, sh.hkv, sh.nk, sh.d);
-    a.v = add_view(r, "v", R_IN, sh.hkv, sh.nk, sh.dv);
+    fnull = dec_linear(r, &sh, &fc, &oc);
+    add_qkv(r, &sh, sh.n, sh.nk, &a.q, &a.k, &a.v);
     a.g = add_view(r, "dout", R_IN, sh.hq, sh.n, sh.dv);
     a.dq = add_view(r, "dq", R_OUT, sh.hq, sh.n, sh.d);
     a.dk = add_view(r, "dk", R_OUT, sh.hkv, sh.nk, sh.d);
     a.dv = add_view(r, "dv", R_OUT, sh.hkv, sh.nk, sh.dv);
     a.oc = &oc;
     a.f = fnull ? NULL : &g_f;
-    layout_views();
-    finish_range_views();
-    fill_views(r);
+    place_views(r);
     add_ignored_lse(&oc);
     query = favor_linear_attention_backward_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
-    setup_ws(&oc, query);
-    verdict_views(&vd);
+    verdict_call(&vd, &oc, query);
     verdict_features(&vd, a.f, a.q->t.cols);
-    if (!oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
-    if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.g->mem_ok && a.dq->mem_ok &&
-        a.dk->mem_ok && a.dv->mem_ok &&
-        !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.dq->t, &a.q->t) &&
-          same_shape(&a.dk->t, &a.k->t) && same_shape(&a.dv->t, &a.v->t))) {
-        vd.must_fail = 1;
-        vd.why_fail = "shapes do not match";
-    }
-    verdict_ws(&vd, &oc);
-    if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+    verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.g->mem_ok && a.dq->mem_ok &&
+                          a.dk->mem_ok && a.dv->mem_ok &&
+                          !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.dq->t, &a.q->t) &&
+                            same_shape(&a.dk->t, &a.k->t) && same_shape(&a.dv->t, &a.v->t)));
+    verdict_ws(&vd, &oc, query);
     causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
     s = run_protocol("favor_linear_attention_backward", call_linear_bwd, &a, &vd, &oc, fin,
@@ -1803,30 +1810,23 @@ static void op_feature_map(fz_rd *r, unsigned hflags)
     dec_fcfg(r, &fc, sh.d);
     rb = rd8(r);
     a.role = rb < 240 ? (favor_role)(rb % 3) : (favor_role)(rb == 240 ? 3 : rb == 241 ? -1 : rb == 242 ? INT_MAX : 7);
-    fnull = (fc.mut % 16) == 15 && (fc.mutp & 1);
-    make_features(&fc);
-    add_w_views();
+    fnull = use_features(&fc);
     w = feat_width(&g_f);
     if (!w) w = sh.d;
     a.x = add_view(r, "x", R_IN, sh.hq, sh.n, sh.d);
     a.phi = add_view(r, "phi", R_OUT, sh.hq, sh.n, w);
     a.f = fnull ? NULL : &g_f;
     ctx("role=%d ", (int)a.role);
-    layout_views();
-    finish_range_views();
-    fill_views(r);
+    place_views(r);
     verdict_views(&vd);
     verdict_features(&vd, a.f, a.x->t.cols);
     if (a.role != FAVOR_QUERY && a.role != FAVOR_KEY && a.role != FAVOR_PLAIN) {
         vd.must_fail = 1;
         vd.why_fail = "bad role";
     }
-    if (!vd.must_fail && a.x->mem_ok && a.phi->mem_ok &&
-        !(a.phi->t.cols == feat_width(&g_f) && a.x->t.heads == a.phi->t.heads &&
-          a.x->t.rows == a.phi->t.rows)) {
-        vd.must_fail = 1;
-        vd.why_fail = "shapes do not match";
-    }
+    verdict_mismatch(&vd, a.x->mem_ok && a.phi->mem_ok &&
+                          !(a.phi->t.cols == feat_width(&g_f) && a.x->t.heads == a.phi->t.heads &&
+                            a.x->t.rows == a.phi->t.rows));
     fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(g_f.scale) && a.role != FAVOR_PLAIN;
     s = run_protocol("favor_feature_map", call_fmap, &a, &vd, NULL, fin, 0, NULL, NULL, 0);
     (void)s;
@@ -1972,9 +1972,7 @@ static void op_state(fz_rd *r, unsigned hflags)
         add_range_view("state", R_STATE, g_stbuf, 0, sfl);
         gnv = (size_t)g_nv;
         (void)gnv;
-        a.q = add_view(r, "q", R_IN, sh.hq, n, sh.d);
-        a.k = add_view(r, "k", R_IN, sh.hkv, n, sh.d);
-        a.v = add_view(r, "v", R_IN, sh.hkv, n, sh.dv);
+        add_qkv(r, &sh, n, n, &a.q, &a.k, &a.v);
         a.o = add_view(r, "out", R_OUT, sh.hq, n, sh.dv);
         a.oc = &oc;
         a.f = &g_f;
@@ -1992,9 +1990,7 @@ static void op_state(fz_rd *r, unsigned hflags)
         default: break;
         }
         if (smut % 16) ctx("[state mutation %u] ", smut % 16);
-        layout_views();
-        finish_range_views();
-        fill_views(r);
+        place_views(r);
         if (!a.step) add_ignored_lse(&oc);
         if (!a.step) {
             query = favor_linear_extend_workspace(a.f, a.st, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
@@ -2006,16 +2002,13 @@ static void op_state(fz_rd *r, unsigned hflags)
         if (!a.st || !g_st.s || !g_st.z || !g_st.c || !g_st.scratch) { vd.must_fail = 1; vd.why_fail = "state NULL"; }
         verdict_features(&vd, a.f, a.q->t.cols);
         if (!a.step && !oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
-        if (!vd.must_fail && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
-            !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t) && a.k->t.rows == a.q->t.rows &&
-              a.k->t.heads == g_st.heads && a.v->t.cols == g_st.dv && g_st.kernel == g_f.kernel &&
-              g_st.dim == g_f.dim && g_st.width == feat_width(&g_f) && (!a.step || a.q->t.rows == 1))) {
-            vd.must_fail = 1;
-            vd.why_fail = "shapes do not match";
-        }
+        verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
+                              !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t) && a.k->t.rows == a.q->t.rows &&
+                                a.k->t.heads == g_st.heads && a.v->t.cols == g_st.dv && g_st.kernel == g_f.kernel &&
+                                g_st.dim == g_f.dim && g_st.width == feat_width(&g_f) &&
+                                (!a.step || a.q->t.rows == 1)));
         if (!a.step) {
-            verdict_ws(&vd, &oc);
-            if (oc.use_opts && oc.o.workspace && !oc.ws_small && !oc.ws_alias && query == 0) vd.should_ok = 0;
+            verdict_ws(&vd, &oc, query);
         }
         fin = !tainted && all_inprom() && fok &&
               scale_in_promise(a.step ? g_f.scale : lin_scale(&oc));
