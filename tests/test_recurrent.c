@@ -45,12 +45,21 @@ static size_t kernel_m(favor_kernel k, size_t d)
 
 static double kernel_sigma(favor_kernel k) { return k == FAVOR_TRIG ? 0.3 : 1.0; }
 
+/* features of kernel for d-dimensional inputs in new storage (*storage, NULL for
+ * ELU1); on a failure, reported, nothing is left allocated */
 static favor_status make_features(favor_features *f, favor_kernel kernel, size_t d,
                                   unsigned long long seed, float **storage)
 {
     size_t m = kernel_m(kernel, d), floats = favor_features_floats(kernel, d, m);
+    favor_status s;
     *storage = floats ? (float *)malloc(floats * sizeof(float)) : NULL;
-    return favor_features_init(f, kernel, d, m, 0, seed, *storage);
+    s = favor_features_init(f, kernel, d, m, 0, seed, *storage);
+    if (s != FAVOR_OK) {
+        print_error("  favor_features_init: %s\n", favor_status_string(s));
+        free(*storage);
+        *storage = NULL;
+    }
+    return s;
 }
 
 enum { FORM_BLOCK, FORM_EXTEND, FORM_STEP, FORM_SOFTMAX };
@@ -179,6 +188,62 @@ static int check_prefix_unchanged(const tv_buf *O0, const tv_buf *O1, size_t j,
     return fails ? 1 : 0;
 }
 
+/* the buffers of a no-future-dependence case: queries, keys, values and the
+ * outputs before (O0) and after (O1) a key changes */
+typedef struct {
+    tv_buf Q, K, V, O0, O1;
+} fd_bufs;
+
+static void fd_make(fd_bufs *b, tu_rng *rng, size_t hq, size_t hkv, size_t n, size_t d,
+                    size_t dv, double sq, double sk, double sv)
+{
+    tv_make(&b->Q, hq, n, d, TV_PACKED, rng, sq);
+    tv_make(&b->K, hkv, n, d, TV_INTERLEAVED, rng, sk);
+    tv_make(&b->V, hkv, n, dv, TV_INTERLEAVED, rng, sv);
+    tv_make(&b->O0, hq, n, dv, TV_PACKED, rng, -1);
+    tv_make(&b->O1, hq, n, dv, TV_PACKED, rng, -1);
+}
+
+static void fd_free(fd_bufs *b)
+{
+    tv_free(&b->Q);
+    tv_free(&b->K);
+    tv_free(&b->V);
+    tv_free(&b->O0);
+    tv_free(&b->O1);
+}
+
+/* the outputs before any change, into O0: 0, or 1 (reported) when the call fails
+ * or gives non-finite values */
+static int fd_baseline(const favor_features *f, int form, fd_bufs *b, const size_t *blocks)
+{
+    favor_status s = run_form(f, form, &b->Q.t, &b->K.t, &b->V.t, &b->O0.t, blocks, 3);
+    if (s == FAVOR_OK && tv_view_finite(&b->O0)) return 0;
+    print_error("  baseline: %s%s\n", favor_status_string(s),
+                s == FAVOR_OK ? ", output not finite" : "");
+    return 1;
+}
+
+/* after key/value row j was changed: run again into O1, check the rows before j,
+ * and put K and V back. 0, or 1 on a failure (reported). */
+static int fd_rerun(const favor_features *f, int form, fd_bufs *b, const size_t *blocks,
+                    size_t j, const char *label)
+{
+    favor_status s;
+    int fails;
+    tv_reset(&b->O1);
+    s = run_form(f, form, &b->Q.t, &b->K.t, &b->V.t, &b->O1.t, blocks, 3);
+    if (s != FAVOR_OK) {
+        print_error("  %s: %s\n", label, favor_status_string(s));
+        fails = 1;
+    } else {
+        fails = check_prefix_unchanged(&b->O0, &b->O1, j, label);
+    }
+    tv_reset(&b->K);
+    tv_reset(&b->V);
+    return fails;
+}
+
 static void test_no_future_dependence(void **state)
 {
     static const size_t js[] = { 5, 64, 130 };
@@ -194,30 +259,19 @@ static void test_no_future_dependence(void **state)
         favor_features f;
         float *wstore = NULL;
         tu_rng rng;
-        tv_buf Q, K, V, O0, O1;
-        favor_status s;
+        fd_bufs b;
         char what[64];
 
         sprintf(what, "%s %s", form == FORM_SOFTMAX ? "" : kernel_name(kernel),
                 form_name(form));
         print_message("no future dependence: %s\n", what);
-        s = make_features(&f, kernel, d, 11 + method, &wstore);
-        if (s != FAVOR_OK) {
-            print_error("  favor_features_init: %s\n", favor_status_string(s));
+        if (make_features(&f, kernel, d, 11 + method, &wstore) != FAVOR_OK) {
             ++fails;
-            free(wstore);
             continue;
         }
         rng.s = 20000 + method;
-        tv_make(&Q, hq, n, d, TV_PACKED, &rng, sigma);
-        tv_make(&K, hkv, n, d, TV_INTERLEAVED, &rng, sigma);
-        tv_make(&V, hkv, n, dv, TV_INTERLEAVED, &rng, sigma);
-        tv_make(&O0, hq, n, dv, TV_PACKED, &rng, -1);
-        tv_make(&O1, hq, n, dv, TV_PACKED, &rng, -1);
-        s = run_form(&f, form, &Q.t, &K.t, &V.t, &O0.t, blocks, 3);
-        if (s != FAVOR_OK || !tv_view_finite(&O0)) {
-            print_error("  baseline: %s%s\n", favor_status_string(s),
-                        s == FAVOR_OK ? ", output not finite" : "");
+        fd_make(&b, &rng, hq, hkv, n, d, dv, sigma, sigma, sigma);
+        if (fd_baseline(&f, form, &b, blocks)) {
             ++fails;
         } else {
             for (ji = 0; ji < sizeof js / sizeof js[0]; ++ji)
@@ -228,31 +282,18 @@ static void test_no_future_dependence(void **state)
                     char label[128];
                     for (h = 0; h < hkv; ++h) {
                         for (c = 0; c < d; ++c)
-                            K.buf[h * K.t.head_stride + j * K.t.row_stride + c] =
+                            b.K.buf[h * b.K.t.head_stride + j * b.K.t.row_stride + c] =
                                 (float)(amp * tu_normal(&rng));
                         for (c = 0; c < dv; ++c)
-                            V.buf[h * V.t.head_stride + j * V.t.row_stride + c] =
+                            b.V.buf[h * b.V.t.head_stride + j * b.V.t.row_stride + c] =
                                 (float)(amp * tu_normal(&rng));
                     }
-                    tv_reset(&O1);
-                    s = run_form(&f, form, &Q.t, &K.t, &V.t, &O1.t, blocks, 3);
                     sprintf(label, "%s, key %u set to %s values", what, (unsigned)j,
                             kind == 0 ? "1e3" : "ordinary");
-                    if (s != FAVOR_OK) {
-                        print_error("  %s: %s\n", label, favor_status_string(s));
-                        ++fails;
-                    } else {
-                        fails += check_prefix_unchanged(&O0, &O1, j, label);
-                    }
-                    tv_reset(&K);
-                    tv_reset(&V);
+                    fails += fd_rerun(&f, form, &b, blocks, j, label);
                 }
         }
-        tv_free(&Q);
-        tv_free(&K);
-        tv_free(&V);
-        tv_free(&O0);
-        tv_free(&O1);
+        fd_free(&b);
         free(wstore);
     }
     assert_int_equal(fails, 0);
@@ -280,18 +321,14 @@ static void test_no_future_dependence_stabilizer_rise(void **state)
         favor_features f;
         float *wstore = NULL;
         tu_rng rng;
-        tv_buf Q, K, V, O0, O1;
-        favor_status s;
+        fd_bufs b;
         char what[64];
         double bestn = -1, rs;
 
         sprintf(what, "%s %s", kernel_name(kernel), form_name(form));
         print_message("no future dependence, stabilizer-raising key: %s\n", what);
-        s = make_features(&f, kernel, d, 51 + method, &wstore);
-        if (s != FAVOR_OK) {
-            print_error("  favor_features_init: %s\n", favor_status_string(s));
+        if (make_features(&f, kernel, d, 51 + method, &wstore) != FAVOR_OK) {
             ++fails;
-            free(wstore);
             continue;
         }
         for (l = 0, best = 0; l < f.count; ++l) {
@@ -301,15 +338,8 @@ static void test_no_future_dependence_stabilizer_rise(void **state)
         }
         rs = 1.0 / sqrt((double)f.scale);
         rng.s = 25000 + method;
-        tv_make(&Q, hq, n, d, TV_PACKED, &rng, 1.0);
-        tv_make(&K, hkv, n, d, TV_INTERLEAVED, &rng, 10.0);
-        tv_make(&V, hkv, n, dv, TV_INTERLEAVED, &rng, 1.0);
-        tv_make(&O0, hq, n, dv, TV_PACKED, &rng, -1);
-        tv_make(&O1, hq, n, dv, TV_PACKED, &rng, -1);
-        s = run_form(&f, form, &Q.t, &K.t, &V.t, &O0.t, blocks, 3);
-        if (s != FAVOR_OK || !tv_view_finite(&O0)) {
-            print_error("  baseline: %s%s\n", favor_status_string(s),
-                        s == FAVOR_OK ? ", output not finite" : "");
+        fd_make(&b, &rng, hq, hkv, n, d, dv, 1.0, 10.0, 1.0);
+        if (fd_baseline(&f, form, &b, blocks)) {
             ++fails;
         } else {
             for (ji = 0; ji < sizeof js / sizeof js[0]; ++ji) {
@@ -317,31 +347,18 @@ static void test_no_future_dependence_stabilizer_rise(void **state)
                 char label[128];
                 for (h = 0; h < hkv; ++h) {
                     for (c = 0; c < d; ++c)
-                        K.buf[h * K.t.head_stride + j * K.t.row_stride + c] =
+                        b.K.buf[h * b.K.t.head_stride + j * b.K.t.row_stride + c] =
                             (float)(rs * f.w[best * d + c]);
                     for (c = 0; c < dv; ++c)
-                        V.buf[h * V.t.head_stride + j * V.t.row_stride + c] =
+                        b.V.buf[h * b.V.t.head_stride + j * b.V.t.row_stride + c] =
                             (float)tu_normal(&rng);
                 }
-                tv_reset(&O1);
-                s = run_form(&f, form, &Q.t, &K.t, &V.t, &O1.t, blocks, 3);
                 sprintf(label, "%s, key %u set to sqrt(1/s) w_%u", what, (unsigned)j,
                         (unsigned)best);
-                if (s != FAVOR_OK) {
-                    print_error("  %s: %s\n", label, favor_status_string(s));
-                    ++fails;
-                } else {
-                    fails += check_prefix_unchanged(&O0, &O1, j, label);
-                }
-                tv_reset(&K);
-                tv_reset(&V);
+                fails += fd_rerun(&f, form, &b, blocks, j, label);
             }
         }
-        tv_free(&Q);
-        tv_free(&K);
-        tv_free(&V);
-        tv_free(&O0);
-        tv_free(&O1);
+        fd_free(&b);
         free(wstore);
     }
     assert_int_equal(fails, 0);
@@ -382,11 +399,8 @@ static void test_recurrent_equals_parallel(void **state)
 
             print_message("recurrent = parallel: %s, %u query heads, %u kv heads\n",
                           kernel_name(kernel), (unsigned)hq, (unsigned)hkv);
-            s = make_features(&f, kernel, d, 300 + k, &wstore);
-            if (s != FAVOR_OK) {
-                print_error("  favor_features_init: %s\n", favor_status_string(s));
+            if (make_features(&f, kernel, d, 300 + k, &wstore) != FAVOR_OK) {
                 ++fails;
-                free(wstore);
                 continue;
             }
             rng.s = 30000 + 10 * k + g;
@@ -494,11 +508,8 @@ static void test_prefix_extend(void **state)
 
             print_message("prefix: %s, hq %u hkv %u n %u nk %u\n", kernel_name(kernel),
                           (unsigned)hq, (unsigned)hkv, (unsigned)n, (unsigned)nk);
-            s = make_features(&f, kernel, d, 400 + k, &wstore);
-            if (s != FAVOR_OK) {
-                print_error("  favor_features_init: %s\n", favor_status_string(s));
+            if (make_features(&f, kernel, d, 400 + k, &wstore) != FAVOR_OK) {
                 ++fails;
-                free(wstore);
                 continue;
             }
             rng.s = 40000 + 10 * k + sh;
