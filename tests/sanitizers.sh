@@ -4,7 +4,8 @@
 #
 #   sh tests/sanitizers.sh asan-gcc     gcc   -fsanitize=address,undefined (the asan preset)
 #   sh tests/sanitizers.sh asan-clang   clang -fsanitize=address,undefined
-#   sh tests/sanitizers.sh valgrind     valgrind memcheck, every test binary
+#   sh tests/sanitizers.sh valgrind     valgrind memcheck, the test binaries (all but
+#                                       the two minutes-long ones; see job_valgrind)
 #   sh tests/sanitizers.sh tsan         concurrent calls under clang -fsanitize=thread
 #                                       (tests/tsan/run.sh)
 #   sh tests/sanitizers.sh fuzz         the libFuzzer harness, FUZZ_SECONDS per backend
@@ -30,7 +31,7 @@ asan() { # $1 compiler
 }
 
 job_valgrind() {
-    echo "== valgrind memcheck: every test binary of the suite"
+    echo "== valgrind memcheck: the test binaries of the suite"
     # -O1 -g: readable reports. Left out: the bench; the training smoke test and
     # the interop test (driven by cmake -P and Python, not wrapped); the 10^7-token
     # recurrence and the exp sweep (minutes under valgrind, register arithmetic on
