@@ -2495,8 +2495,7 @@ FAVOR_API void favor_state_reset(favor_state *st)
     memset(st->s, 0, st->heads * st->width * st->dv * sizeof(float));
     memset(st->z, 0, st->heads * st->width * sizeof(float));
     memset(st->comp, 0, st->heads * st->width * (st->dv + 1) * sizeof(float));
-    /* the scratch rows too, so every float of the storage is defined after a reset:
-       a state can be copied, compared or written out byte for byte */
+    /* the step's scratch too: every float of the storage defined (see above) */
     memset(st->scratch, 0, favor__chunk_floats(1, st->width) * sizeof(float));
     for (h = 0; h < st->heads; ++h) st->c[h] = -INFINITY;
     st->tokens = 0;
