@@ -391,13 +391,18 @@ typedef struct {
     unsigned long long tokens;
     float *s;            /* heads x width x dv                      */
     float *z;            /* heads x width                           */
-    float *c;            /* heads: log-scale of s and z             */
-    float *scratch;      /* 3*width + 5: used by favor_linear_step  */
+    float *c;            /* heads + 1: log-scale of s and z per head,
+                            then the number of pending tokens       */
+    float *scratch;      /* used by favor_linear_step               */
     float *comp;         /* heads x width x (dv+1): the rounding
                             errors of s and z (compensated sums)    */
+    float *pend;         /* heads x 16 x (width + dv + 1): the last
+                            tokens favor_linear_step took, not yet
+                            added to s and z                        */
 } favor_state;
 
-/* Floats of storage a state needs: heads*(2*width*(dv+1) + 1) + 3*width + 5,
+/* Floats of storage a state needs: heads*(2*width*(dv+1) + 1 + 16*(width+dv+1))
+ * + width + max(width, 16*dv) + 36,
  * constant in the number of tokens. Returns 0 for arguments favor_state_init
  * would reject. O(1). */
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv);
@@ -578,6 +583,19 @@ static inline float favor__v_hmax(favor__vf x)
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+/* The sums of W vectors as one vector: lane i = the horizontal sum of a[i] (a
+ * W x W transpose-and-add, written with the backend's pairwise adds). Lets a
+ * kernel keep one accumulator per output (a dot product per key) and reduce W
+ * of them at the cost of about one horizontal sum. */
+static inline favor__vf favor__v_sums(const favor__vf *a)
+{
+    __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    t0 = _mm256_hadd_ps(t0, t1); /* a0..a3: lanes 0-3 their low halves, 4-7 high */
+    t2 = _mm256_hadd_ps(t2, t3); /* a4..a7 likewise */
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t2, 0x20),
+                         _mm256_permute2f128_ps(t0, t2, 0x31));
+}
 /* d[c*ldd + r] = s[r*lds + c] for an 8 x 8 block: a data movement the portable
  * layer has no operation for (lane shuffles), so each backend spells it out;
  * every kernel's transposes go through favor__transpose, which uses it. */
@@ -634,6 +652,10 @@ static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf 
 }
 static inline float favor__v_hsum(favor__vf x) { return vaddvq_f32(x); }
 static inline float favor__v_hmax(favor__vf x) { return vmaxvq_f32(x); }
+static inline favor__vf favor__v_sums(const favor__vf *a) /* see the AVX2 version */
+{
+    return vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3]));
+}
 /* a 4 x 4 block transpose (see the AVX2 version) */
 static inline void favor__v_transpose(const float *s, size_t lds, float *d, size_t ldd)
 {
@@ -668,6 +690,7 @@ typedef favor__su favor__vu;
 #define favor__v_pos_select favor__s_pos_select
 #define favor__v_hsum favor__s_hsum
 #define favor__v_hmax favor__s_hmax
+static inline favor__vf favor__v_sums(const favor__vf *a) { return a[0]; }
 static inline void favor__v_transpose(const float *s, size_t lds, float *d, size_t ldd)
 {
     (void)lds;
@@ -897,11 +920,15 @@ static void favor__elu1_grad(float *dx, const float *x, const float *phi, const 
 }
 
 /* C[M x N] = (acc ? C : 0) + A[M x K] B[K x N]; row-major with leading dimensions.
- * The micro-kernel keeps a tile of up to 4 rows x 2 vectors in registers. */
+ * The micro-kernel keeps a tile of up to 6 rows x 2 vectors in registers. */
 #define FAVOR__MR 6
+#define FAVOR__NV1 8
 /* The register tile: up to 6 rows x 2 vectors of accumulators (12 of AVX2's 16
  * registers, with two for B and one for the broadcast A); per k two loads, mr
- * broadcasts and 2*mr FMAs. Written once with loops over constant bounds: each
+ * broadcasts and 2*mr FMAs. A lone row (a decode step, a tail) takes 1 x
+ * FAVOR__NV1 vectors instead: 8 independent FMA chains rather than 2 that would
+ * wait on the FMA latency. Every shape adds each C element's terms in the same
+ * order, so the shape never changes a result. Written once with loops over constant bounds: each
  * call site below passes constants, so the compiler unrolls it and keeps the
  * accumulators in registers. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -910,7 +937,7 @@ static void favor__elu1_grad(float *dx, const float *x, const float *phi, const 
 #define FAVOR__INLINE static inline
 #endif
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
-#define FAVOR__UNROLL _Pragma("GCC unroll 8") /* clang unrolls these by itself */
+#define FAVOR__UNROLL _Pragma("GCC unroll 16") /* clang unrolls these by itself */
 #else
 #define FAVOR__UNROLL
 #endif
@@ -919,7 +946,7 @@ FAVOR__INLINE void favor__tile(const size_t mr, const size_t nv, size_t K, const
                                size_t lda, size_t csa, const float *B, size_t ldb, float *C,
                                size_t ldc, int acc)
 {
-    favor__vf c[FAVOR__MR][2], b[2];
+    favor__vf c[FAVOR__MR][FAVOR__NV1], b[FAVOR__NV1];
     size_t r, v, k;
     FAVOR__UNROLL for (r = 0; r < mr; ++r)
         FAVOR__UNROLL for (v = 0; v < nv; ++v)
@@ -940,12 +967,16 @@ static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, siz
                              size_t csa, const float *B, size_t ldb, float *C, size_t ldc,
                              int acc)
 {
-    FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 && nv <= 2);
+    FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 && (nv <= 2 || (mr == 1 && nv == FAVOR__NV1)));
 #define FAVOR__TILE_CASE(n)                                                            \
     case n:                                                                            \
         if (nv == 2) favor__tile(n, 2, K, A, lda, csa, B, ldb, C, ldc, acc);           \
         else favor__tile(n, 1, K, A, lda, csa, B, ldb, C, ldc, acc);                   \
         break
+    if (mr == 1 && nv == FAVOR__NV1) {
+        favor__tile(1, FAVOR__NV1, K, A, lda, csa, B, ldb, C, ldc, acc);
+        return;
+    }
     switch (mr) {
         FAVOR__TILE_CASE(6);
         FAVOR__TILE_CASE(5);
@@ -968,7 +999,11 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
         size_t mr = M - i < FAVOR__MR ? M - i : FAVOR__MR;
         const float *Ai = A + i * lda;
         float *Ci = C + i * ldc;
-        for (j = 0; j + 2 * FAVOR__W <= N; j += 2 * FAVOR__W)
+        j = 0;
+        if (mr == 1) /* one row: a wider tile, or its two chains would wait on latency */
+            for (; j + FAVOR__NV1 * FAVOR__W <= N; j += FAVOR__NV1 * FAVOR__W)
+                favor__gemm_tile(1, FAVOR__NV1, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+        for (; j + 2 * FAVOR__W <= N; j += 2 * FAVOR__W)
             favor__gemm_tile(mr, 2, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
         for (; j + FAVOR__W <= N; j += FAVOR__W)
             favor__gemm_tile(mr, 1, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
@@ -1040,6 +1075,33 @@ static void favor__gemm_tri(size_t M, size_t N, int upper, const float *A, size_
                             size_t csa, const float *B, size_t ldb, float *C, size_t ldc)
 {
     favor__gemm_stair(M, N, M, upper, upper ? 0 : 1, A, lda, csa, B, ldb, C, ldc);
+}
+
+/* S[j] = q . K_j for nb rows K_j = K + j*ldk of d floats: the scores of one
+ * query row against a tile of keys (and a projection W x, one row of W per
+ * output). W keys at a time, each with its own accumulator along d, reduced
+ * together by favor__v_sums: every key row is read once per call, and the FMA
+ * chains are independent. Narrow backends (W < 4) take per-key dot products,
+ * whose four accumulators hide the FMA latency better. */
+static void favor__dots(const float *q, size_t d, const float *K, size_t ldk, size_t nb,
+                        float *S)
+{
+    size_t j = 0, c, u, dvec = d - d % FAVOR__W;
+    if (FAVOR__W >= 4)
+        for (; j + FAVOR__W <= nb; j += FAVOR__W) {
+            favor__vf acc[FAVOR__W];
+            const float *Kj = K + j * ldk;
+            FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u) acc[u] = favor__v_set1(0.0f);
+            for (c = 0; c < dvec; c += FAVOR__W) {
+                favor__vf a = favor__v_load(q + c);
+                FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u)
+                    acc[u] = favor__v_fma(favor__v_load(Kj + u * ldk + c), a, acc[u]);
+            }
+            favor__v_store(S + j, favor__v_sums(acc));
+            for (c = dvec; c < d; ++c) /* columns left over from the vector width */
+                for (u = 0; u < FAVOR__W; ++u) S[j + u] = favor__s_fma(q[c], Kj[u * ldk + c], S[j + u]);
+        }
+    for (; j < nb; ++j) S[j] = favor__dot(q, K + j * ldk, d);
 }
 
 /* dst[c][r] = src[r][c] for an R x Cn block: whole W x W blocks with the
@@ -1938,6 +2000,20 @@ static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, f
         }
 }
 
+/* The running maximum of the online softmax, shared by the prefill and decode
+ * paths: a tile whose largest score is tmax raises *m; returns the value the
+ * tile's scores are reduced by before exp (the new maximum, or -FLT_MAX while
+ * it is -inf, so a row that has seen no key gets exp(-inf) = 0, not NaN), and
+ * *alpha = old maximum - that value, the log of the factor for what was
+ * accumulated before. */
+static float favor__online_max(float *m, float tmax, float *alpha)
+{
+    float mnew = favor__s_max(tmax, *m), mc = favor__s_max(mnew, -FLT_MAX);
+    *alpha = *m - mc;
+    *m = mnew;
+    return mc;
+}
+
 /* One tile of scores into the running statistics of the query lanes: m the
  * maximum, l the sum of exp(score - m). St becomes exp(St - m_new) and alpha
  * exp(m_old - m_new), the factor of what was accumulated before; mc, tmp: BQ
@@ -1949,12 +2025,7 @@ static void favor__softmax_stats(float *St, size_t nb, float *m, double *l, floa
     size_t j, r;
     memcpy(tmp, St, BQ * sizeof(float));
     for (j = 1; j < nb; ++j) favor__vmax(tmp, St + j * BQ, BQ);
-    for (r = 0; r < BQ; ++r) { /* new maximum; alpha = exp(old - new) */
-        float mnew = favor__s_max(tmp[r], m[r]);
-        mc[r] = favor__s_max(mnew, -FLT_MAX);
-        alpha[r] = m[r] - mc[r];
-        m[r] = mnew;
-    }
+    for (r = 0; r < BQ; ++r) mc[r] = favor__online_max(m + r, tmp[r], alpha + r);
     favor__exp_add(alpha, alpha, 0.0f, BQ);
     for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, mc, BQ);
     memcpy(tmp, St, BQ * sizeof(float)); /* the tile's sums */
@@ -2005,16 +2076,162 @@ static void favor__softmax_block(const float *Q, size_t ldq, const float *K, siz
     }
 }
 
+/* Decode: few query rows against a long cache. A call with at most
+ * FAVOR__DEC_ROWS query rows (one generated token, or a few speculative ones)
+ * does little arithmetic per byte of K and V: memory bounds it. The prefill's
+ * 64-lane query blocks would do up to 64x the useful work there and read K and
+ * V once per query head, so these calls run in another order. For key/value head
+ * g, the R = grp n rows of its query heads are gathered, scaled, into Qs: row
+ * r = i grp + t is query row i of head g grp + t, so the rows of one position
+ * are adjacent and one causal bound covers a run of grp rows. The keys are cut
+ * into blocks of FAVOR__DEC_BLOCK (a partition fixed by n_k alone); a work item,
+ * (g, block), runs the block's tiles of FAVOR__BK keys through
+ *     S (R x nb) = Qs K_tile^T          favor__dots (the tile stays in L1 while
+ *                                       every row uses it: K is read once)
+ *     m, l, P = exp(S - m)              favor__online_max, per row
+ *     A (R x dv) = alpha A + P V_tile   favor__gemm over the keys each row sees
+ * and leaves the block's partial (m, l, A) of every row in the workspace. A
+ * second pass merges each row's partials in block order and writes O = A / l
+ * (and the lse). Neither pass depends on which thread ran what, so the results
+ * do not depend on the thread count. Workspace: R (d + BK) floats per thread,
+ * plus R (d_v + 2) floats per block per key/value head, which grows with n_k. */
+#define FAVOR__DEC_ROWS 16
+#define FAVOR__DEC_BLOCK 512
+
+typedef struct {
+    const favor_tensor *q, *k, *v, *o;
+    float *lse;     /* heads_q x n, or NULL */
+    float *part;    /* [g][block][row] records of d_v + 2 floats: m, l, A */
+    size_t grp, n, nk, d, dv, R, nblk;
+    float s;
+    int causal;
+} favor__dec;
+
+/* The decode layout of a call: R, the blocks, and the floats of its workspace
+ * (per-thread slices of `*slice` floats, then the partials at *part_at); 0 when
+ * a size overflows. */
+static size_t favor__decode_floats(favor__dec *x, size_t hkv, size_t nt, size_t *slice,
+                                   size_t *part_at)
+{
+    size_t per, part, all;
+    x->nblk = (x->nk + FAVOR__DEC_BLOCK - 1) / FAVOR__DEC_BLOCK;
+    if (!favor__mul_ok(x->grp, x->n, &x->R) || !favor__add_ok(x->d, FAVOR__BK, &per) ||
+        !favor__mul_ok(per, x->R, &per) || !(*part_at = favor__slices(per, nt, slice)) ||
+        !favor__mul_ok(x->dv + 2, x->R, &part) || !favor__mul_ok(part, x->nblk, &part) ||
+        !favor__mul_ok(part, hkv, &part) || !favor__add_ok(*part_at, part, &all) ||
+        all > SIZE_MAX / sizeof(float))
+        return 0;
+    return all;
+}
+
+/* work item (g, b): the partials of block b of key/value head g; ws: R (d + BK) */
+static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *ws)
+{
+    const size_t R = x->R, d = x->d, dv = x->dv, BK = FAVOR__BK, rec = dv + 2;
+    const size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
+    const float *K = x->k->data + g * x->k->head_stride, *V = x->v->data + g * x->v->head_stride;
+    float *Qs = ws, *S = ws + R * d, *P = x->part + (g * x->nblk + b) * R * rec;
+    size_t j0 = b * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j;
+    if (jend - j0 > FAVOR__DEC_BLOCK) jend = j0 + FAVOR__DEC_BLOCK;
+    for (i = 0; i < x->n; ++i)
+        for (t = 0; t < x->grp; ++t) {
+            const favor_tensor *q = x->q;
+            r = i * x->grp + t;
+            memcpy(Qs + r * d, q->data + (g * x->grp + t) * q->head_stride + i * q->row_stride,
+                   d * sizeof(float));
+            favor__scal(Qs + r * d, x->s, d);
+            P[r * rec] = -INFINITY;
+            memset(P + r * rec + 1, 0, (dv + 1) * sizeof(float));
+        }
+    for (; j0 < jend; j0 += BK) {
+        size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1;
+        if (j0 + nb < jend) { /* the next tile, fetched while this one computes */
+            size_t nn = jend - j0 - nb < BK ? jend - j0 - nb : BK;
+            favor__prefetch(K + (j0 + nb) * ldk, nn, ldk, d);
+            favor__prefetch(V + (j0 + nb) * ldv, nn, ldv, dv);
+        }
+        for (i = 0; i < x->n; ++i) {
+            size_t vis = x->causal ? favor__visible(i, x->n, x->nk) : x->nk;
+            size_t kv = vis <= j0 ? 0 : vis - j0 < nb ? vis - j0 : nb; /* keys row i sees */
+            full &= kv == nb;
+            for (r = i * x->grp; r < (i + 1) * x->grp; ++r) {
+                float *Sr = S + r * BK, *pr = P + r * rec, alpha, mc;
+                favor__dots(Qs + r * d, d, K + j0 * ldk, ldk, kv, Sr);
+                for (j = kv; j < nb; ++j) Sr[j] = -INFINITY;
+                mc = favor__online_max(pr, favor__maxval(Sr, nb), &alpha);
+                favor__exp_add(Sr, Sr, -mc, nb);
+                alpha = favor__s_exp(alpha);
+                pr[1] = pr[1] * alpha + favor__sum(Sr, nb);
+                if (alpha != 1.0f) favor__scal(pr + 2, alpha, dv);
+            }
+        }
+        if (full)
+            favor__gemm(R, dv, nb, S, BK, 1, V + j0 * ldv, ldv, P + 2, rec, 1);
+        else /* causal: each position's rows take only the keys they see */
+            for (i = 0; i < x->n; ++i) {
+                size_t vis = favor__visible(i, x->n, x->nk);
+                size_t kv = vis <= j0 ? 0 : vis - j0 < nb ? vis - j0 : nb;
+                if (kv)
+                    favor__gemm(x->grp, dv, kv, S + i * x->grp * BK, BK, 1, V + j0 * ldv, ldv,
+                                P + i * x->grp * rec + 2, rec, 1);
+            }
+    }
+}
+
+/* row r of key/value head g: its blocks' partials merged in block order */
+static void favor__decode_merge(const favor__dec *x, size_t g, size_t r)
+{
+    const size_t rec = x->dv + 2, stride = x->R * rec;
+    const float *P = x->part + g * x->nblk * stride + r * rec;
+    size_t i = r / x->grp, h = g * x->grp + r % x->grp, b;
+    float *o = x->o->data + h * x->o->head_stride + i * x->o->row_stride, M = -INFINITY, Mc;
+    double L = 0.0;
+    for (b = 0; b < x->nblk; ++b) M = favor__s_max(P[b * stride], M);
+    Mc = favor__s_max(M, -FLT_MAX);
+    memset(o, 0, x->dv * sizeof(float));
+    for (b = 0; b < x->nblk; ++b) {
+        const float *p = P + b * stride;
+        float f;
+        if (p[1] == 0.0f) continue; /* the row saw no key of this block */
+        f = favor__s_exp(p[0] - Mc);
+        L += (double)p[1] * f;
+        favor__axpy(o, f, p + 2, x->dv);
+    }
+    if (L > 0.0) favor__scal(o, (float)(1.0 / L), x->dv); /* no key seen: stays zero */
+    if (x->lse) x->lse[h * x->n + i] = favor__softmax_lse(M, L);
+}
+
+/* Fill x for a call (sizes of valid q, k, v); the decode path applies when it
+ * returns 1. */
+static int favor__decode_plan(favor__dec *x, const favor_tensor *q, const favor_tensor *k,
+                              const favor_tensor *v, const favor_options *opts)
+{
+    x->n = q->rows;
+    x->nk = k->rows;
+    x->d = q->cols;
+    x->dv = v->cols;
+    x->grp = q->heads / k->heads;
+    x->causal = opts && (opts->flags & FAVOR_CAUSAL);
+    return x->n <= FAVOR__DEC_ROWS;
+}
+
 FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const favor_tensor *k,
                                                    const favor_tensor *v,
                                                    const favor_options *opts)
 {
     favor__range r;
-    size_t floats, slice;
-    (void)k;
-    (void)v;
+    favor__dec x;
+    size_t floats, slice, at;
     if (favor__check_options(opts) != FAVOR_OK || !q || favor__check_tensor(q, &r) != FAVOR_OK)
         return 0;
+    if (q->rows <= FAVOR__DEC_ROWS) { /* the decode path: the partials grow with n_k */
+        if (!k || !v || favor__check_tensor(k, &r) != FAVOR_OK ||
+            favor__check_tensor(v, &r) != FAVOR_OK || q->heads % k->heads)
+            return 0;
+        favor__decode_plan(&x, q, k, v, opts);
+        return favor__ws_bytes(
+            favor__decode_floats(&x, k->heads, favor__nthreads(opts), &slice, &at));
+    }
     floats = favor__softmax_floats(q->cols);
     if (floats / FAVOR__BQ < q->cols) return 0;
     return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
@@ -2025,6 +2242,7 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
                                                const favor_options *opts)
 {
     favor__shape sh;
+    favor__dec x;
     favor_status st;
     float *ws, s;
     void *owned;
@@ -2034,12 +2252,43 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     if ((st = favor__check_qkvo(q, k, v, out, &sh)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
+    nt = favor__nthreads(opts);
+    s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
+    if (favor__decode_plan(&x, q, k, v, opts)) {
+        size_t at;
+        if (!(floats = favor__decode_floats(&x, sh.hkv, nt, &slice, &at))) return FAVOR_E_OVERFLOW;
+        if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
+        x.q = q;
+        x.k = k;
+        x.v = v;
+        x.o = out;
+        x.lse = opts ? opts->lse : NULL;
+        x.part = ws + at;
+        x.s = s;
+        items = (long)(sh.hkv * x.nblk);
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)nt)
+#endif
+        {
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (it = 0; it < items; ++it)
+                favor__decode_block(&x, (size_t)it / x.nblk, (size_t)it % x.nblk,
+                                    ws + FAVOR__TID() * slice);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (it = 0; it < (long)(sh.hkv * x.R); ++it)
+                favor__decode_merge(&x, (size_t)it / x.R, (size_t)it % x.R);
+        }
+        favor__ws_put(owned);
+        return FAVOR_OK;
+    }
     floats = favor__softmax_floats(sh.d);
     if (floats / FAVOR__BQ < sh.d) return FAVOR_E_OVERFLOW;
-    nt = favor__nthreads(opts);
     if (!(floats = favor__slices(floats, nt, &slice))) return FAVOR_E_OVERFLOW;
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
-    s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
     causal = opts && (opts->flags & FAVOR_CAUSAL);
     grp = sh.hq / sh.hkv;
     blocks = (sh.n + FAVOR__BQ - 1) / FAVOR__BQ;
@@ -2135,8 +2384,10 @@ static void favor__kahan_axpy(float *s, float *e, float a, const float *x, size_
 
 /* S, z (scaled by exp(-*c)) += the chunk whose features kf (nr x width) are
  * stabilized at mnew; c becomes mnew. With E (width x (dv+1): the errors of S
- * and z) the chunk's sums are formed in T (width x dv; one token: rank 1) and
- * added compensated. */
+ * and z) the chunk's sums are formed in T (max(width, FOLD dv) floats: FOLD rows
+ * of S at a time, while they are in L1; one token: rank 1) and added
+ * compensated. */
+#define FAVOR__FOLD 16
 static void favor__state_add(const favor__map *mp, float *S, float *z, float *c, float mnew,
                              const float *kf, const float *V, size_t ldv, size_t nr, size_t dv,
                              float *E, float *T)
@@ -2159,8 +2410,11 @@ static void favor__state_add(const favor__map *mp, float *S, float *z, float *c,
         memcpy(T, kf, w * sizeof(float));
         for (j = 1; j < nr; ++j) favor__vadd(T, kf + j * w, w);
         favor__kahan_add(z, E + w * dv, T, w);
-        favor__gemm(w, dv, nr, kf, 1, w, V, ldv, T, dv, 0);
-        favor__kahan_add(S, E, T, w * dv);
+        for (r = 0; r < w; r += FAVOR__FOLD) { /* S += kf^T V, FOLD rows at a time */
+            size_t rows = w - r < FAVOR__FOLD ? w - r : FAVOR__FOLD;
+            favor__gemm(rows, dv, nr, kf + r, 1, w, V, ldv, T, dv, 0);
+            favor__kahan_add(S + r * dv, E + r * dv, T, rows * dv);
+        }
     }
 }
 
@@ -2474,18 +2728,104 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
     return FAVOR_OK;
 }
 
-/* 4.11 The recurrent state ------------------------------------------------------ */
+/* 4.11 The recurrent state ------------------------------------------------------
+ * Pending tokens. Adding each token of favor_linear_step to the compensated sums
+ * would read and write S and its error array, twice the state, every token. The
+ * step instead keeps each head's last tokens in a pending block of C =
+ * FAVOR__PEND rows (a key's features stabilized at its running maximum m_j, its
+ * value, m_j) and only reads S: a token's output is the causal-chunk formula of
+ * 4.10 with the pending block as the chunk so far, for the chunk's last row,
+ *     o = (e phi(q) S + sum_j a_j v_j) / (e phi(q).z + sum_j a_j),
+ *     a_j = phi(q).phi(k_j) exp(m_j - m),   e = exp(c - m),
+ * m the running maximum with the new key. A full block is folded into S and z
+ * as one rank-C compensated update (favor__chunk_absorb, as extend absorbs its
+ * chunks); favor_linear_extend folds what is pending before its first chunk.
+ * The count of pending tokens is stored after the heads' log-scales, so the
+ * storage alone is the whole state. */
+#define FAVOR__PEND 16
+
+/* floats of the step's scratch: the query's features, a and the exp factors of
+ * the pending keys, two log-scales, and the fold's product tile */
+static size_t favor__step_floats(size_t w, size_t dv)
+{
+    size_t t;
+    if (w > SIZE_MAX / 4 || !favor__mul_ok(dv, FAVOR__FOLD, &t) || t > SIZE_MAX / 4) return 0;
+    return w + 2 * FAVOR__PEND + 2 + (w > t ? w : t) + 1;
+}
+
+static size_t favor__npend(const favor_state *st) { return (size_t)st->c[st->heads]; }
+
+/* chunk buffers over head g's pending block (kf: the features, mk: their
+ * maxima), with the scratch buffers (a, g, qf, rq, rk, tile) of `scr` */
+static void favor__pend_chunk(const favor_state *st, size_t g, const favor__chunk *scr,
+                              favor__chunk *cb, float **pv)
+{
+    size_t w = st->width, dv = st->dv;
+    float *p = st->pend + g * FAVOR__PEND * (w + dv + 1);
+    *cb = *scr;
+    cb->cap = FAVOR__PEND;
+    cb->kf = p;
+    *pv = p + FAVOR__PEND * w;
+    cb->mk = *pv + FAVOR__PEND * dv;
+    cb->comp = st->comp + g * w * (dv + 1);
+}
+
+/* fold head g's np pending tokens into its compensated sums */
+static void favor__pend_fold(const favor__map *mp, favor_state *st, size_t g, size_t np,
+                             const favor__chunk *scr)
+{
+    favor__chunk cb;
+    float *pv, m;
+    size_t w = st->width, dv = st->dv;
+    favor__pend_chunk(st, g, scr, &cb, &pv);
+    m = cb.mk[np - 1];
+    favor__chunk_absorb(mp, st->s + g * w * dv, st->z + g * w, st->c + g, m,
+                        favor__stabilized(mp->kernel) && cb.mk[0] != m, pv, dv, np, dv, &cb);
+}
+
+/* one token of key/value head g and its query heads, with np tokens pending */
+static void favor__step_head(const favor__map *mp, favor_state *st, const favor_tensor *q,
+                             const favor_tensor *k, const favor_tensor *v,
+                             const favor_tensor *out, size_t g, size_t np, const favor__chunk *scr)
+{
+    size_t w = st->width, dv = st->dv, grp = q->heads / st->heads, t;
+    const float *S = st->s + g * w * dv, *z = st->z + g * w;
+    float c = st->c[g], *pv, m, e;
+    favor__chunk cb;
+    int rising;
+    favor__pend_chunk(st, g, scr, &cb, &pv);
+    favor__phi_raw(mp, k->data + g * k->head_stride, k->row_stride, 1, cb.kf + np * w, w, cb.rk);
+    m = cb.mk[np] = favor__s_max(cb.rk[0], np ? cb.mk[np - 1] : c);
+    favor__phi_finish(mp, cb.kf + np * w, w, 1, cb.rk, cb.mk + np);
+    memcpy(pv + np * dv, v->data + g * v->head_stride, dv * sizeof(float));
+    e = favor__s_exp(c - m);
+    rising = favor__stabilized(mp->kernel) && cb.mk[0] != m;
+    if (rising) favor__exp_add(cb.g, cb.mk, -m, np); /* exp(m_j - m) */
+    for (t = 0; t < grp; ++t) {
+        size_t h = g * grp + t;
+        float *o = out->data + h * out->head_stride;
+        favor__phi_raw(mp, q->data + h * q->head_stride, q->row_stride, 1, cb.qf, w, cb.rq);
+        favor__phi_finish(mp, cb.qf, w, 1, cb.rq, cb.rq);
+        favor__dots(cb.qf, w, cb.kf, w, np + 1, cb.a);
+        if (rising) favor__vmul(cb.a, cb.g, np);
+        favor__gemm(1, dv, w, cb.qf, w, 1, S, dv, o, dv, 0);
+        favor__scal(o, e, dv);
+        favor__gemm(1, dv, np + 1, cb.a, np + 1, 1, pv, dv, o, dv, 1);
+        favor__divide(mp, o, e * favor__dot(cb.qf, z, w) + favor__sum(cb.a, np + 1), dv);
+    }
+}
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv)
 {
     size_t w, n, t;
     if (favor__check_features(f) != FAVOR_OK || !heads || !dv) return 0;
     w = favor__width(f->kernel, f->dim, f->count);
     if (!favor__mul_ok(w, dv + 1, &n) || !favor__mul_ok(n, 2, &n) || !favor__add_ok(n, 1, &n) ||
-        !favor__mul_ok(n, heads, &n) || w > SIZE_MAX / 8 ||
-        !favor__add_ok(n, favor__chunk_floats(1, w), &n) || n > SIZE_MAX / sizeof(float))
+        !favor__add_ok(w, dv + 1, &t) || !favor__mul_ok(t, FAVOR__PEND, &t) ||
+        !favor__add_ok(n, t, &n) || !favor__mul_ok(n, heads, &n) ||
+        !(t = favor__step_floats(w, dv)) || !favor__add_ok(n, t + 1, &n) ||
+        n > SIZE_MAX / sizeof(float))
         return 0;
-    t = n;
-    return t;
+    return n;
 }
 
 FAVOR_API void favor_state_reset(favor_state *st)
@@ -2495,9 +2835,11 @@ FAVOR_API void favor_state_reset(favor_state *st)
     memset(st->s, 0, st->heads * st->width * st->dv * sizeof(float));
     memset(st->z, 0, st->heads * st->width * sizeof(float));
     memset(st->comp, 0, st->heads * st->width * (st->dv + 1) * sizeof(float));
+    memset(st->pend, 0, st->heads * FAVOR__PEND * (st->width + st->dv + 1) * sizeof(float));
     /* the step's scratch too: every float of the storage defined (see above) */
-    memset(st->scratch, 0, favor__chunk_floats(1, st->width) * sizeof(float));
+    memset(st->scratch, 0, favor__step_floats(st->width, st->dv) * sizeof(float));
     for (h = 0; h < st->heads; ++h) st->c[h] = -INFINITY;
+    st->c[st->heads] = 0.0f; /* nothing pending */
     st->tokens = 0;
 }
 
@@ -2520,8 +2862,9 @@ FAVOR_API favor_status favor_state_init(favor_state *st, const favor_features *f
     st->s = storage;
     st->z = st->s + heads * w * dv;
     st->c = st->z + heads * w;
-    st->scratch = st->c + heads;
-    st->comp = st->scratch + favor__chunk_floats(1, w);
+    st->scratch = st->c + heads + 1;
+    st->comp = st->scratch + favor__step_floats(w, dv);
+    st->pend = st->comp + heads * w * (dv + 1);
     favor_state_reset(st);
     return FAVOR_OK;
 }
@@ -2536,7 +2879,7 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
     size_t floats;
     if (!st) return FAVOR_E_NULL;
     if ((s = favor__check_linear(f, q, k, v, out, opts, sh)) != FAVOR_OK) return s;
-    if (!st->s || !st->z || !st->c || !st->scratch || !st->comp) return FAVOR_E_NULL;
+    if (!st->s || !st->z || !st->c || !st->scratch || !st->comp || !st->pend) return FAVOR_E_NULL;
     if (st->kernel != f->kernel || st->dim != f->dim ||
         st->width != favor__width(f->kernel, f->dim, f->count) || sh->nk != sh->n ||
         sh->hkv != st->heads || sh->dv != st->dv)
@@ -2565,6 +2908,7 @@ static void favor__extend_head(const favor__map *mp, favor_state *st, const favo
     qg.ohs = out->head_stride;
     qg.ldo = out->row_stride;
     qg.count = grp;
+    if (favor__npend(st)) favor__pend_fold(mp, st, g, favor__npend(st), cb);
     cb->comp = st->comp + g * w * (st->dv + 1);
     favor__lin_causal_run(mp, st->s + g * w * st->dv, st->z + g * w, st->c + g,
                           k->data + g * k->head_stride, k->row_stride,
@@ -2614,6 +2958,7 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
         cb.tile = mine + favor__chunk_floats(FAVOR__CHUNK, st->width);
         favor__extend_head(&mp, st, q, k, v, out, (size_t)g, &cb);
     }
+    st->c[st->heads] = 0.0f; /* every head folded what was pending */
     st->tokens += sh.n;
     favor__ws_put(owned);
     return FAVOR_OK;
@@ -2624,15 +2969,29 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
                                          const favor_tensor *v, const favor_tensor *out)
 {
     favor__shape sh;
-    favor__chunk cb;
+    favor__chunk scr;
     favor__map mp;
     favor_status s;
-    size_t g;
+    size_t g, np;
+    float *x;
     if ((s = favor__check_extend(f, st, q, k, v, out, NULL, &sh)) != FAVOR_OK) return s;
     if (sh.n != 1) return FAVOR_E_SHAPE;
-    favor__chunk_carve(&cb, st->scratch, 1, st->width);
+    np = favor__npend(st);
+    x = st->scratch;
+    memset(&scr, 0, sizeof scr);
+    scr.qf = x;
+    scr.a = x + st->width;
+    scr.g = scr.a + FAVOR__PEND;
+    scr.rq = scr.g + FAVOR__PEND;
+    scr.rk = scr.rq + 1;
+    scr.tile = scr.rk + 1;
     favor__map_make(&mp, f, f->scale);
-    for (g = 0; g < st->heads; ++g) favor__extend_head(&mp, st, q, k, v, out, g, &cb);
+    for (g = 0; g < st->heads; ++g) favor__step_head(&mp, st, q, k, v, out, g, np, &scr);
+    if (++np == FAVOR__PEND) { /* the block is full: into the compensated sums */
+        for (g = 0; g < st->heads; ++g) favor__pend_fold(&mp, st, g, np, &scr);
+        np = 0;
+    }
+    st->c[st->heads] = (float)np;
     st->tokens += 1;
     return FAVOR_OK;
 }

@@ -187,6 +187,7 @@ static favor_state state_copy(const favor_state *st, const float *sto, float *st
     c.c = sto2 + (st->c - sto);
     c.scratch = sto2 + (st->scratch - sto);
     c.comp = sto2 + (st->comp - sto);
+    c.pend = sto2 + (st->pend - sto);
     return c;
 }
 
