@@ -14,9 +14,12 @@
  * Each time is the median of >= 5 calls after a warm-up call; the GFLOP/s come
  * from the formulas printed in the header, and the fraction of the fp32 FMA peak
  * that this program measures at start with a loop of independent FMAs on the
- * backend favor.h was built with. Then it times autoregressive decoding:
- * favor_linear_step after contexts of 1K ... 1M tokens against softmax decoding
- * with a KV cache.
+ * backend favor.h was built with. Then it times autoregressive decoding: exact
+ * softmax decode rows (favor_softmax_attention of 1 or 4 query rows against a KV
+ * cache of 1K ... 1M rows, d = 64 and 128, 8 query heads on 8 key/value heads and
+ * 32 on 8, 1 and 2 threads) in GB/s of K and V and as a fraction of a
+ * single-thread read bandwidth it measures first (a streaming sum over 1 GiB);
+ * and favor_linear_step after the same contexts, against the exact decode.
  *
  * `favor_bench --help` lists the options; `--quick` is the smoke test that ctest
  * runs: tiny sizes, every method checked against a float64 reference.
@@ -958,6 +961,101 @@ static double measure_peak(int threads, double seconds, int trials)
 }
 
 /* ------------------------------------------------------------------------- */
+/* Read bandwidth: a streaming sum over a buffer far larger than the caches      */
+/* ------------------------------------------------------------------------- */
+
+static volatile float bw_sink;
+
+/* Sum of x[0 .. count), count a multiple of 64 and x 64-byte aligned: 8
+ * independent accumulators on favor.h's backend. */
+static float read_sum(const float *x, size_t count)
+{
+    size_t i;
+#if FAVOR_SIMD == FAVOR_AVX2
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps();
+    __m256 a3 = _mm256_setzero_ps(), a4 = _mm256_setzero_ps(), a5 = _mm256_setzero_ps();
+    __m256 a6 = _mm256_setzero_ps(), a7 = _mm256_setzero_ps();
+    float out[8];
+    for (i = 0; i < count; i += 64) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(x + i + 24));
+        a4 = _mm256_add_ps(a4, _mm256_load_ps(x + i + 32));
+        a5 = _mm256_add_ps(a5, _mm256_load_ps(x + i + 40));
+        a6 = _mm256_add_ps(a6, _mm256_load_ps(x + i + 48));
+        a7 = _mm256_add_ps(a7, _mm256_load_ps(x + i + 56));
+    }
+    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                       _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    _mm256_storeu_ps(out, a0);
+    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+#elif FAVOR_SIMD == FAVOR_NEON
+    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0), a2 = vdupq_n_f32(0);
+    float32x4_t a3 = vdupq_n_f32(0), a4 = vdupq_n_f32(0), a5 = vdupq_n_f32(0);
+    float32x4_t a6 = vdupq_n_f32(0), a7 = vdupq_n_f32(0);
+    for (i = 0; i < count; i += 32) {
+        a0 = vaddq_f32(a0, vld1q_f32(x + i));
+        a1 = vaddq_f32(a1, vld1q_f32(x + i + 4));
+        a2 = vaddq_f32(a2, vld1q_f32(x + i + 8));
+        a3 = vaddq_f32(a3, vld1q_f32(x + i + 12));
+        a4 = vaddq_f32(a4, vld1q_f32(x + i + 16));
+        a5 = vaddq_f32(a5, vld1q_f32(x + i + 20));
+        a6 = vaddq_f32(a6, vld1q_f32(x + i + 24));
+        a7 = vaddq_f32(a7, vld1q_f32(x + i + 28));
+    }
+    a0 = vaddq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)),
+                   vaddq_f32(vaddq_f32(a4, a5), vaddq_f32(a6, a7)));
+    return vaddvq_f32(a0);
+#else
+    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int c;
+    for (i = 0; i < count; i += 8)
+        for (c = 0; c < 8; ++c) a[c] += x[i + (size_t)c];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+#endif
+}
+
+static const char *bandwidth_what(void)
+{
+#if FAVOR_SIMD == FAVOR_AVX2
+    return "AVX2 _mm256_load_ps + _mm256_add_ps, 8 accumulators";
+#elif FAVOR_SIMD == FAVOR_NEON
+    return "NEON vld1q_f32 + vaddq_f32, 8 accumulators";
+#else
+    return "scalar, 8 accumulators";
+#endif
+}
+
+/* Single-thread read bandwidth in GB/s (1e9 bytes/s): the best of `passes` sums
+ * over a buffer of `bytes`, after a pass that writes it (faulting its pages in)
+ * and a warm-up sum. *median_out gets the median pass. */
+static double measure_bandwidth(size_t bytes, int passes, double *median_out)
+{
+    size_t count = bytes / sizeof(float) / 64 * 64, i;
+    float *x = alloc_floats(count), acc = 0;
+    double *ts = (double *)xmalloc((size_t)passes * sizeof *ts), best;
+    int k;
+    for (i = 0; i < count; ++i) x[i] = (float)(i & 1023) * (1.0f / 1024.0f);
+    acc += read_sum(x, count);
+    for (k = 0; k < passes; ++k) {
+        double t0 = now_s();
+        acc += read_sum(x, count);
+        ts[k] = now_s() - t0;
+    }
+    bw_sink = acc;
+    qsort(ts, (size_t)passes, sizeof *ts, cmp_double);
+    best = (double)count * sizeof(float) / ts[0] * 1e-9;
+    if (median_out)
+        *median_out = (double)count * sizeof(float) /
+                      (passes % 2 ? ts[passes / 2] : 0.5 * (ts[passes / 2 - 1] + ts[passes / 2])) *
+                      1e-9;
+    free(ts);
+    free(x);
+    return best;
+}
+
+/* ------------------------------------------------------------------------- */
 /* Configuration                                                              */
 /* ------------------------------------------------------------------------- */
 
@@ -977,7 +1075,10 @@ typedef struct {
     double limit;
     int want_peer[P_COUNT];
     int decode, attention, backward;
+    int decode_step; /* the recurrent step's rows (off with --decode-softmax-only) */
     size_t decode_max;
+    size_t decode_ds[MAX_LIST]; /* d of the exact decode rows: --d, kept under --quick */
+    int decode_nds;
     const char *csv, *json, *python, *torch_script, *torch_core;
     unsigned long long seed;
 } config;
@@ -992,10 +1093,13 @@ static void usage(FILE *to)
             "per-token latency of decoding, and prints one table.\n"
             "\n"
             "  --quick            smoke test: n = 256, d = 64, every method checked\n"
-            "                     against a float64 reference; exit 1 on a mismatch\n"
+            "                     against a float64 reference, decoding at contexts\n"
+            "                     1K and 4K (exact decode checked too); exit 1 on a\n"
+            "                     mismatch\n"
             "  --methods LIST     softmax,elu1,favor+                 default: all three\n"
             "  --causal LIST      0,1 (non-causal, causal)             default: 0,1\n"
-            "  --d LIST           head sizes (d_v = d)                 default: 64,128\n"
+            "  --d LIST           head sizes (d_v = d; also of the exact decode rows,\n"
+            "                     which keep them under --quick)       default: 64,128\n"
             "  --n-min N          shortest sequence                    default: 256\n"
             "  --n-max N          longest sequence (n doubles)         default: 65536\n"
             "  --heads H          attention heads                      default: 8\n"
@@ -1010,9 +1114,13 @@ static void usage(FILE *to)
             "  --no-torch         skip the PyTorch peer\n"
             "  --no-decode        skip the decoding benchmark\n"
             "  --decode-only      only the decoding benchmark\n"
+            "  --decode-softmax-only  only the exact softmax decode rows (no recurrent\n"
+            "                     step, no attention or backward tables)\n"
             "  --no-backward      skip the training-step (backward) benchmark\n"
             "  --backward-only    only the training-step benchmark\n"
-            "  --decode-max N     longest decoding context             default: 1048576\n"
+            "  --decode-max N     longest decoding context (1K, 4K, ... x4; the exact\n"
+            "                     decode rows' K and V take 8 GiB at 1M, d = 128)\n"
+            "                                                          default: 1048576\n"
             "  --csv FILE         write every measurement as CSV\n"
             "  --json FILE        write the run as JSON\n"
             "  --python PATH      interpreter of the torch peer   default: %s\n"
@@ -1076,7 +1184,7 @@ static int parse_args(int argc, char **argv, config *c)
     c->runs = 5;
     c->limit = 10.0;
     c->want_peer[P_BLAS_HSW] = c->want_peer[P_BLAS_DEF] = c->want_peer[P_TORCH] = 1;
-    c->decode = c->attention = c->backward = 1;
+    c->decode = c->attention = c->backward = c->decode_step = 1;
     c->decode_max = 1u << 20;
     c->python = (env = getenv("FAVOR_BENCH_PYTHON")) && *env ? env : FAVOR_BENCH_PYTHON;
     c->torch_script =
@@ -1106,6 +1214,9 @@ static int parse_args(int argc, char **argv, config *c)
             used = 0;
         } else if (strcmp(a, "--decode-only") == 0) {
             c->attention = c->backward = 0;
+            used = 0;
+        } else if (strcmp(a, "--decode-softmax-only") == 0) {
+            c->attention = c->backward = c->decode_step = 0;
             used = 0;
         } else if (strcmp(a, "--no-backward") == 0) {
             c->backward = 0;
@@ -1176,13 +1287,15 @@ static int parse_args(int argc, char **argv, config *c)
         }
         i += used;
     }
+    memcpy(c->decode_ds, c->ds, sizeof c->ds);
+    c->decode_nds = c->nds;
     if (c->quick) { /* tiny sizes unless the user narrowed them further */
         if (c->n_max > 256) c->n_max = 256;
         if (c->nds > 1 || c->ds[0] != 64) {
             c->ds[0] = 64;
             c->nds = 1;
         }
-        if (c->decode_max > 1024) c->decode_max = 1024;
+        if (c->decode_max > 4096) c->decode_max = 4096;
     }
     if (c->n_min > c->n_max) {
         fprintf(stderr, "favor_bench: --n-min is larger than --n-max\n");
@@ -1210,7 +1323,18 @@ typedef struct {
     size_t context;
     double step_s, softmax_s; /* per token; 0 when not measured */
     int step_runs, softmax_runs;
+    double softmax_gbs, softmax_bw_frac; /* the exact decode row it pairs with */
 } decode_row;
+
+/* One exact softmax decode row: n query rows of `heads` query heads against a KV
+ * cache of `context` rows of `kv_heads` heads. */
+typedef struct {
+    size_t context, n, heads, kv_heads, d;
+    int threads, runs;
+    double time_s, min_s; /* per call */
+    double gbs, bw_frac;  /* K and V bytes / time; that over read_bw */
+    double err;           /* error / tolerance when checked, else -1 */
+} decode_sm_row;
 
 static result_row *results;
 static size_t nresults, capresults;
@@ -1218,6 +1342,10 @@ static FILE *csv_out; /* --csv: written row by row, so a cut run keeps its rows 
 static const peer *csv_peers;
 static decode_row decodes[16];
 static size_t ndecodes;
+static decode_sm_row *decode_sms;
+static size_t ndecode_sms, capdecode_sms;
+static double read_bw, read_bw_median; /* GB/s, measured at the start of the decode section */
+static double decode_peak;             /* 1-thread FMA peak (GFLOP/s) measured beside it */
 
 static void csv_row(FILE *f, const result_row *r);
 
@@ -1248,7 +1376,7 @@ static void csv_row(FILE *f, const result_row *r)
             r->s.causal, r->s.d, r->s.n, r->s.heads, r->s.threads, impl_id(r->impl, csv_peers),
             r->t.median, r->t.min, r->t.runs, r->gflops, r->peak_frac);
     if (r->ratio > 0) fprintf(f, "%.4f", r->ratio);
-    fprintf(f, ",%.3f\n", r->peak);
+    fprintf(f, ",%.3f,,,,,\n", r->peak);
 }
 
 /* Opens the CSV and writes its header; the rows follow as they are measured. */
@@ -1261,11 +1389,24 @@ static void csv_open(const char *path, const peer *peers)
         return;
     }
     fprintf(csv_out, "section,method,causal,d,n,heads,threads,impl,time_s,min_s,runs,gflops,"
-                     "peak_frac,ratio,peak_gflops\n");
+                     "peak_frac,ratio,peak_gflops,n_k,kv_heads,gbytes_s,bw_frac,bw_gbytes_s\n");
     fflush(csv_out);
 }
 
-/* The decoding rows, and close. */
+/* An exact softmax decode row (written as it is measured). */
+static void csv_decode_sm(const decode_sm_row *r)
+{
+    if (!csv_out) return;
+    fprintf(csv_out,
+            "decode_softmax,softmax,1,%zu,%zu,%zu,%d,favor,%.6e,%.6e,%d,,,,%.3f,%zu,%zu,%.4f,%.4f,"
+            "%.3f\n",
+            r->d, r->n, r->heads, r->threads, r->time_s, r->min_s, r->runs, decode_peak, r->context,
+            r->kv_heads, r->gbs, r->bw_frac, read_bw);
+    fflush(csv_out);
+}
+
+/* The decoding summary rows (the recurrent step, and the exact decode row it is
+ * paired with; n holds the context, as n_k does), and close. */
 static void csv_close(void)
 {
     FILE *f = csv_out;
@@ -1274,11 +1415,15 @@ static void csv_close(void)
     for (i = 0; i < ndecodes; ++i) {
         const decode_row *r = &decodes[i];
         if (r->step_s > 0)
-            fprintf(f, "decode,favor_linear_step,1,64,%zu,8,1,favor,%.6e,,%d,,,,\n", r->context,
-                    r->step_s, r->step_runs);
-        if (r->softmax_s > 0)
-            fprintf(f, "decode,softmax_kv_cache,1,64,%zu,8,1,favor,%.6e,,%d,,,%.4f,\n", r->context,
-                    r->softmax_s, r->softmax_runs, r->step_s > 0 ? r->softmax_s / r->step_s : 0);
+            fprintf(f, "decode,favor_linear_step,1,64,%zu,8,1,favor,%.6e,,%d,,,,,%zu,8,,,\n",
+                    r->context, r->step_s, r->step_runs, r->context);
+        if (r->softmax_s > 0) {
+            fprintf(f, "decode,softmax_kv_cache,1,64,%zu,8,1,favor,%.6e,,%d,,,", r->context,
+                    r->softmax_s, r->softmax_runs);
+            if (r->step_s > 0) fprintf(f, "%.4f", r->softmax_s / r->step_s);
+            fprintf(f, ",,%zu,8,%.4f,%.4f,%.3f\n", r->context, r->softmax_gbs, r->softmax_bw_frac,
+                    read_bw);
+        }
     }
     fclose(f);
     csv_out = NULL;
@@ -1566,18 +1711,18 @@ static int run_backward(const config *c, peer *peers)
                                chk <= 1e-3 ? "ok" : "MISMATCH", chk);
                     if (csv_out) {
                         fprintf(csv_out, "backward,%s,%d,%zu,%zu,%zu,1,favor_forward,%.6e,%.6e,%d,"
-                                         "%.4f,%.4f,,%.3f\n",
+                                         "%.4f,%.4f,,%.3f,,,,,\n",
                                 method_id[mi], ci, s.d, s.n, s.heads, tf.median, tf.min, tf.runs,
                                 job_flops(&s) / tf.median * 1e-9,
                                 job_flops(&s) / tf.median * 1e-9 / peak, peak);
                         fprintf(csv_out, "backward,%s,%d,%zu,%zu,%zu,1,favor_backward,%.6e,%.6e,%d,"
-                                         "%.4f,%.4f,%.4f,%.3f\n",
+                                         "%.4f,%.4f,%.4f,%.3f,,,,,\n",
                                 method_id[mi], ci, s.d, s.n, s.heads, tb.median, tb.min, tb.runs,
                                 bflops / tb.median * 1e-9, bflops / tb.median * 1e-9 / peak,
                                 tb.median / tf.median, peak);
                         if (out == OUT_OK)
                             fprintf(csv_out, "backward,%s,%d,%zu,%zu,%zu,1,torch_forward_backward,"
-                                             "%.6e,%.6e,%d,,,%.4f,%.3f\n",
+                                             "%.6e,%.6e,%d,,,%.4f,%.3f,,,,,\n",
                                     method_id[mi], ci, s.d, s.n, s.heads, tt.median, tt.min,
                                     tt.runs, tt.median / (tf.median + tb.median), peak);
                         fflush(csv_out);
@@ -1597,16 +1742,114 @@ static int run_backward(const config *c, peer *peers)
     return failures;
 }
 
-static int run_decode(const config *c)
+/* Fills count floats with fill_normal in chunks of 2^20, each from its own seed,
+ * on every OpenMP thread: the KV cache of the exact decode rows is gigabytes. */
+static void fill_normal_par(float *x, size_t count, double sd, unsigned long long seed)
+{
+    const size_t chunk = (size_t)1 << 20;
+    long c, nchunks = (long)((count + chunk - 1) / chunk);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (c = 0; c < nchunks; ++c) {
+        size_t at = (size_t)c * chunk, len = count - at < chunk ? count - at : chunk;
+        fill_normal(x + at, len, sd, seed * 1000003ULL + (unsigned long long)c);
+    }
+}
+
+/* Median time of one call: after a warm-up call, `samples` samples (more, up to 25,
+ * while they take less than `budget` seconds together), each a batch of calls
+ * that takes at least 20 ms (one call when a call is longer). */
+static int time_batched(bench_fn fn, void *ctx, int samples, double budget, timing *t)
+{
+    double t0, warm, *ts;
+    int i, k, r = samples, batch = 1;
+    t0 = now_s();
+    if (fn(ctx)) return -1;
+    warm = now_s() - t0;
+    if (budget > 0 && warm < 0.02) batch = warm > 0 ? (int)(0.02 / warm) + 1 : 1000;
+    if (batch > 1000) batch = 1000;
+    if (warm * batch * r < budget) {
+        int want = (int)(budget / (warm * batch > 0 ? warm * batch : 1e-9));
+        r = want > 25 ? 25 : want < r ? r : want;
+    }
+    ts = (double *)xmalloc((size_t)r * sizeof *ts);
+    for (i = 0; i < r; ++i) {
+        t0 = now_s();
+        for (k = 0; k < batch; ++k)
+            if (fn(ctx)) {
+                free(ts);
+                return -1;
+            }
+        ts[i] = (now_s() - t0) / batch;
+    }
+    qsort(ts, (size_t)r, sizeof *ts, cmp_double);
+    t->median = r % 2 ? ts[r / 2] : 0.5 * (ts[r / 2 - 1] + ts[r / 2]);
+    t->min = ts[0];
+    t->runs = r * batch;
+    t->err = -1;
+    free(ts);
+    return 0;
+}
+
+/* The float64 softmax of a decode call, every query head h against key/value head
+ * h / (heads_q / heads_kv), causal: row i sees keys j <= i + n_k - n. Returns
+ * max|o - ref| over the manual's tolerance 2e-5 max|V| (<= 1 passes). */
+static double decode_check(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+                           const favor_tensor *o)
+{
+    size_t grp = q->heads / k->heads, n = q->rows, nk = k->rows, d = q->cols, dv = v->cols;
+    size_t h, i, j, c;
+    double *s = (double *)xmalloc(nk * sizeof *s), *acc = (double *)xmalloc(dv * sizeof *acc);
+    double scale = 1.0 / sqrt((double)d), err = 0, vmax = 0;
+    for (h = 0; h < v->heads; ++h)
+        for (j = 0; j < nk; ++j)
+            for (c = 0; c < dv; ++c) {
+                double a = fabs((double)v->data[h * v->head_stride + j * v->row_stride + c]);
+                if (a > vmax) vmax = a;
+            }
+    for (h = 0; h < q->heads; ++h) {
+        const float *kh = k->data + (h / grp) * k->head_stride;
+        const float *vh = v->data + (h / grp) * v->head_stride;
+        for (i = 0; i < n; ++i) {
+            const float *qi = q->data + h * q->head_stride + i * q->row_stride;
+            const float *oi = o->data + h * o->head_stride + i * o->row_stride;
+            size_t vis = i + nk - n + 1;
+            double mx = -HUGE_VAL, den = 0;
+            for (j = 0; j < vis; ++j) {
+                double t = 0;
+                for (c = 0; c < d; ++c) t += (double)qi[c] * (double)kh[j * k->row_stride + c];
+                s[j] = scale * t;
+                if (s[j] > mx) mx = s[j];
+            }
+            for (c = 0; c < dv; ++c) acc[c] = 0;
+            for (j = 0; j < vis; ++j) {
+                double p = exp(s[j] - mx);
+                den += p;
+                for (c = 0; c < dv; ++c) acc[c] += p * (double)vh[j * v->row_stride + c];
+            }
+            for (c = 0; c < dv; ++c) {
+                double e = fabs((double)oi[c] - acc[c] / den);
+                if (!(e <= err)) err = e; /* NaN propagates */
+            }
+        }
+    }
+    free(s);
+    free(acc);
+    return err / (2e-5 * vmax);
+}
+
+/* The recurrent step (8 heads, d = 64, FAVOR+ m = 256, one thread) after each
+ * context: fills decodes[]. Returns -1 on a failed call. */
+static int decode_step_rows(const config *c, const size_t *ctxs, int nctx)
 {
     const size_t H = 8, d = 64, m = 256, block = 4096;
-    size_t cap = c->decode_max, ctx, absorbed = 0, sfl, wfl, i;
-    int batches = c->quick ? 5 : 21, steps = 32, failed = 0, absorb_threads = 1;
-    double sm_last = 0;
+    size_t absorbed = 0, sfl, wfl, i;
+    int batches = c->quick ? 5 : 21, steps = 32, failed = 0, absorb_threads = 1, ci;
     favor_features f;
     favor_state st, saved;
-    float *w, *sst, *ssave, *bq, *bk, *bv, *bo, *tq, *tk, *tv, *to, *kc, *vc;
-    favor_tensor BQ, BK, BV, BO, TQ, TK, TV, TO, KC, VC;
+    float *w, *sst, *ssave, *bq, *bk, *bv, *bo, *tq, *tk, *tv, *to;
+    favor_tensor BQ, BK, BV, BO, TQ, TK, TV, TO;
     favor_options opt = favor_default_options();
     favor_status s;
 
@@ -1637,29 +1880,21 @@ static int run_decode(const config *c)
     TK = favor_tensor_packed(tk, H, 1, d);
     TV = favor_tensor_packed(tv, H, 1, d);
     TO = favor_tensor_packed(to, H, 1, d);
-    /* The KV cache: capacity `cap` tokens per head; a context of ctx tokens is its
-     * first ctx rows (head stride cap*d). */
-    kc = alloc_floats(H * cap * d);
-    vc = alloc_floats(H * cap * d);
-    fill_normal(kc, H * cap * d, 0.5, c->seed + 17);
-    fill_normal(vc, H * cap * d, 1.0, c->seed + 18);
 
-    printf("\nDecoding, per-token latency (%zu heads, d = d_v = %zu, FAVOR+ m = %zu, one thread):\n"
-           "  favor_linear_step: one token for every head after the context was absorbed\n"
-           "  with favor_linear_extend in blocks of %zu (median of %d batches of %d steps,\n"
-           "  each batch from the same saved state); softmax: favor_softmax_attention,\n"
-           "  one query row against the context's cached keys and values (causal),\n"
-           "  median of >= 5 calls after a warm-up.\n\n",
+    printf("\nRecurrent step, per-token latency (%zu heads, d = d_v = %zu, FAVOR+ m = %zu, one\n"
+           "thread): favor_linear_step, one token for every head, after the context was\n"
+           "absorbed with favor_linear_extend in blocks of %zu (not timed; median of %d\n"
+           "batches of %d steps, each batch from the same saved state).\n\n",
            H, d, m, block, batches, steps);
-    printf("  %9s  %14s  %14s  %9s\n", "context", "linear step", "softmax+cache", "speedup");
-
+    printf("  %9s  %14s\n", "context", "linear step");
     opt.flags = FAVOR_CAUSAL;
     opt.threads = absorb_threads;
-    for (ctx = 1024; ctx <= cap && !failed; ctx *= 4) {
+    for (ci = 0; ci < nctx && !failed; ++ci) {
+        size_t ctx = ctxs[ci];
         decode_row r;
         double *bt = (double *)xmalloc((size_t)batches * sizeof *bt);
         int b, k;
-        char t1[32], t2[32];
+        char t1[32];
         memset(&r, 0, sizeof r);
         r.context = ctx;
         while (absorbed < ctx) { /* absorb up to ctx (not timed) */
@@ -1702,50 +1937,11 @@ static int run_decode(const config *c)
             qsort(bt, (size_t)batches, sizeof *bt, cmp_double);
             r.step_s = bt[batches / 2];
             r.step_runs = batches * steps;
+            decodes[ndecodes++] = r;
+            fmt_time(t1, sizeof t1, r.step_s);
+            printf("  %9zu  %14s\n", ctx, t1);
         }
         free(bt);
-        /* softmax with the KV cache, while a call stays under the limit */
-        if (!failed && 4.0 * sm_last <= c->limit) { /* ctx grows 4x per row */
-            sm_decode sd;
-            timing t;
-            favor_options so = favor_default_options();
-            KC = favor_tensor_packed(kc, H, ctx, d);
-            VC = favor_tensor_packed(vc, H, ctx, d);
-            KC.head_stride = VC.head_stride = cap * d;
-            so.flags = FAVOR_CAUSAL;
-            so.threads = 1;
-            sd.q = &TQ;
-            sd.k = &KC;
-            sd.v = &VC;
-            sd.o = &TO;
-            sd.opt = so;
-            if (time_calls(sm_decode_call, &sd, c->runs, c->quick ? 0 : 0.25, &t) != 0) {
-                fprintf(stderr, "favor_bench: softmax decoding failed\n");
-                failed = 1;
-            } else {
-                r.softmax_s = t.median;
-                r.softmax_runs = t.runs;
-                sm_last = t.median;
-            }
-        }
-        fmt_time(t1, sizeof t1, r.step_s);
-        if (r.softmax_s > 0) fmt_time(t2, sizeof t2, r.softmax_s);
-        else snprintf(t2, sizeof t2, "%11s", "-");
-        printf("  %9zu  %14s  %14s  ", ctx, t1, t2);
-        if (r.softmax_s > 0 && r.step_s > 0) printf("%8.1fx\n", r.softmax_s / r.step_s);
-        else printf("%9s\n", "-");
-        fflush(stdout);
-        if (!failed) decodes[ndecodes++] = r;
-    }
-    if (ndecodes >= 2) {
-        const decode_row *first = &decodes[0], *last = &decodes[ndecodes - 1];
-        printf("\n  linear step at %zu tokens / at %zu tokens: %.2fx (flat = 1)\n", last->context,
-               first->context, last->step_s / first->step_s);
-        for (i = 0; i < ndecodes; ++i)
-            if ((decodes[i].context == 65536 || decodes[i].context == 1048576) &&
-                decodes[i].softmax_s > 0)
-                printf("  speedup over softmax decoding at %zuK tokens: %.0fx\n",
-                       decodes[i].context / 1024, decodes[i].softmax_s / decodes[i].step_s);
     }
     free(w);
     free(sst);
@@ -1758,9 +1954,223 @@ static int run_decode(const config *c)
     free(tk);
     free(tv);
     free(to);
+    return failed ? -1 : 0;
+}
+
+/* Exact softmax decoding: favor_softmax_attention of n = 1 and 4 query rows
+ * against a KV cache of every context, d in --d, 8 query heads on 8 key/value
+ * heads and 32 on 8, every thread count of --threads. One K and one V buffer,
+ * [kv head][cap rows][d] for the largest context and d, serve every row: a shape
+ * is the view of the first `context` rows of each head, head stride cap*d (each
+ * head's rows contiguous). Checked against the float64 softmax at the first
+ * context (every context under --quick). Returns the number of failures. */
+static int decode_softmax_rows(const config *c, const size_t *ctxs, int nctx, int *checks)
+{
+    static const size_t hq_of[2] = {8, 32}, hkv_of[2] = {8, 8}, n_of[2] = {1, 4};
+    const size_t hkv_max = 8, hq_max = 32, n_max = 4, cap = ctxs[nctx - 1];
+    size_t dmax = 0, kvfl;
+    int di, gi, ni, ci, ti, failures = 0;
+    float *kc, *vc, *qb, *ob;
+    double fill_t0;
+    char bytes[32];
+
+    for (di = 0; di < c->decode_nds; ++di)
+        if (c->decode_ds[di] > dmax) dmax = c->decode_ds[di];
+    kvfl = hkv_max * cap * dmax;
+    if (kvfl * 2 * sizeof(float) >= ((size_t)1 << 30))
+        snprintf(bytes, sizeof bytes, "%.1f GiB", 2.0 * (double)kvfl * sizeof(float) / (1 << 30));
+    else
+        snprintf(bytes, sizeof bytes, "%.1f MiB", 2.0 * (double)kvfl * sizeof(float) / (1 << 20));
+    fill_t0 = now_s();
+    kc = alloc_floats(kvfl);
+    vc = alloc_floats(kvfl);
+    fill_normal_par(kc, kvfl, 0.5, c->seed + 17);
+    fill_normal_par(vc, kvfl, 1.0, c->seed + 18);
+    qb = alloc_floats(hq_max * n_max * dmax);
+    ob = alloc_floats(hq_max * n_max * dmax);
+    fill_normal(qb, hq_max * n_max * dmax, 0.5, c->seed + 19);
+
+    printf("\nExact softmax decoding: favor_softmax_attention, causal, n query rows (row i\n"
+           "sees keys j <= i + context - n) against a KV cache of `context` rows; K, V\n"
+           "fp32, [kv head][row][d] with each head's rows contiguous, d_v = d (%s of K\n"
+           "and V allocated and filled once in %.1f s); the workspace from\n"
+           "favor_softmax_attention_workspace, allocated outside the timed calls. Time:\n"
+           "median of >= %d samples after a warm-up call, each sample a batch of calls\n"
+           "of >= 20 ms (more samples, up to 25, while they take < 0.5 s together).\n"
+           "GB/s = K and V bytes (kv_heads * context * (d + d_v) * 4) / time; %%bw: of\n"
+           "the 1-thread read bandwidth above (contexts whose K and V fit in the\n"
+           "caches, and 2 threads, can pass 100%%). A row is not run at 4x the context\n"
+           "when its time there would pass %g s (--limit). Checked against a float64\n"
+           "softmax (within 2e-5 max|V|) at %s.\n\n",
+           bytes, now_s() - fill_t0, c->quick ? 1 : 3, c->limit,
+           c->quick ? "every context" : "the first context");
+    printf("%4s %6s %2s %8s", "d", "q/kv", "n", "context");
+    for (ti = 0; ti < c->nthreads; ++ti)
+        printf(" | %2d thr %4s %6s %5s", c->threads[ti], "time", "GB/s", "%bw");
+    printf(" | %s\n", "check");
+
+    for (di = 0; di < c->decode_nds; ++di)
+        for (gi = 0; gi < 2; ++gi)
+            for (ni = 0; ni < 2; ++ni) {
+                size_t d = c->decode_ds[di], hq = hq_of[gi], hkv = hkv_of[gi], n = n_of[ni];
+                double last[MAX_LIST];
+                for (ti = 0; ti < c->nthreads; ++ti) last[ti] = 0;
+                for (ci = 0; ci < nctx; ++ci) {
+                    size_t ctx = ctxs[ci];
+                    double worst = -1;
+                    char hbuf[16];
+                    snprintf(hbuf, sizeof hbuf, "%zu/%zu", hq, hkv);
+                    printf("%4zu %6s %2zu %8zu", d, hbuf, n, ctx);
+                    for (ti = 0; ti < c->nthreads; ++ti) {
+                        favor_tensor Q, K, V, O;
+                        sm_decode sd;
+                        timing t;
+                        decode_sm_row r;
+                        size_t ws;
+                        void *buf;
+                        char tb[32];
+                        if (4.0 * last[ti] > c->limit) { /* ctx grows 4x per row */
+                            printf(" | %11s %6s %5s", "-", "-", "-");
+                            continue;
+                        }
+                        Q = favor_tensor_packed(qb, hq, n, d);
+                        O = favor_tensor_packed(ob, hq, n, d);
+                        K = favor_tensor_packed(kc, hkv, ctx, d);
+                        V = favor_tensor_packed(vc, hkv, ctx, d);
+                        K.head_stride = V.head_stride = cap * d;
+                        sd.q = &Q;
+                        sd.k = &K;
+                        sd.v = &V;
+                        sd.o = &O;
+                        sd.opt = favor_default_options();
+                        sd.opt.flags = FAVOR_CAUSAL;
+                        sd.opt.threads = c->threads[ti];
+                        ws = favor_softmax_attention_workspace(&Q, &K, &V, &sd.opt);
+                        buf = ws ? xmalloc(ws) : NULL;
+                        sd.opt.workspace = buf;
+                        sd.opt.workspace_size = ws;
+                        if (time_batched(sm_decode_call, &sd, c->quick ? 1 : 3,
+                                         c->quick ? 0 : 0.5, &t) != 0) {
+                            printf(" | %11s %6s %5s", "FAILED", "-", "-");
+                            ++failures;
+                            last[ti] = HUGE_VAL;
+                            free(buf);
+                            continue;
+                        }
+                        memset(&r, 0, sizeof r);
+                        r.context = ctx;
+                        r.n = n;
+                        r.heads = hq;
+                        r.kv_heads = hkv;
+                        r.d = d;
+                        r.threads = c->threads[ti];
+                        r.runs = t.runs;
+                        r.time_s = t.median;
+                        r.min_s = t.min;
+                        r.gbs = (double)(hkv * ctx * (d + d)) * sizeof(float) / t.median * 1e-9;
+                        r.bw_frac = read_bw > 0 ? r.gbs / read_bw : 0;
+                        r.err = -1;
+                        if (c->quick || ci == 0) {
+                            r.err = decode_check(&Q, &K, &V, &O);
+                            ++*checks;
+                            if (!(r.err <= 1.0)) ++failures;
+                            if (!(r.err <= worst)) worst = r.err;
+                        }
+                        last[ti] = t.median;
+                        fmt_time(tb, sizeof tb, t.median);
+                        printf(" | %11s %6.1f %4.0f%%", tb, r.gbs, 100.0 * r.bw_frac);
+                        if (ndecode_sms == capdecode_sms) {
+                            decode_sm_row *nr;
+                            capdecode_sms = capdecode_sms ? 2 * capdecode_sms : 128;
+                            nr = (decode_sm_row *)realloc(decode_sms,
+                                                          capdecode_sms * sizeof *decode_sms);
+                            if (!nr) die("out of memory");
+                            decode_sms = nr;
+                        }
+                        decode_sms[ndecode_sms++] = r;
+                        csv_decode_sm(&r);
+                        if (d == 64 && gi == 0 && n == 1 && c->threads[ti] == 1) {
+                            int k;
+                            for (k = 0; k < (int)ndecodes; ++k)
+                                if (decodes[k].context == ctx) {
+                                    decodes[k].softmax_s = t.median;
+                                    decodes[k].softmax_runs = t.runs;
+                                    decodes[k].softmax_gbs = r.gbs;
+                                    decodes[k].softmax_bw_frac = r.bw_frac;
+                                }
+                        }
+                        free(buf);
+                        fflush(stdout);
+                    }
+                    if (worst >= 0)
+                        printf(" | %s %.2g\n", worst <= 1.0 ? "ok" : "MISMATCH", worst);
+                    else
+                        printf(" |\n");
+                    fflush(stdout);
+                }
+            }
     free(kc);
     free(vc);
-    return failed ? -1 : 0;
+    free(qb);
+    free(ob);
+    return failures;
+}
+
+/* Decoding: the read bandwidth and FMA peak, the recurrent step's latency at each
+ * context, the exact softmax decode rows, and the two side by side. Returns the
+ * number of failures. */
+static int run_decode(const config *c, int *checks)
+{
+    size_t ctxs[16], ctx, i;
+    int nctx = 0, failures = 0;
+    size_t bw_bytes = c->quick ? (size_t)64 << 20 : (size_t)1 << 30;
+    int bw_passes = c->quick ? 2 : 5;
+
+    for (ctx = 1024; ctx <= c->decode_max && nctx < 16; ctx *= 4) ctxs[nctx++] = ctx;
+    decode_peak = measure_peak(1, c->quick ? 0.02 : 0.1, c->quick ? 2 : 5);
+    read_bw = measure_bandwidth(bw_bytes, bw_passes, &read_bw_median);
+    printf("\nDecoding. Measured now, on one thread:\n"
+           "  fp32 FMA peak   %6.1f GFLOP/s (%s)\n"
+           "  read bandwidth  %6.1f GB/s (best of %d sums over %zu MiB; median %.1f GB/s):\n"
+           "                  %s,\n"
+           "                  after a pass that writes the buffer and a warm-up sum\n",
+           decode_peak, peak_what(), read_bw, bw_passes, bw_bytes >> 20, read_bw_median,
+           bandwidth_what());
+    if (csv_out) {
+        fprintf(csv_out, "bandwidth,read_sum,,,,,1,bench,%.6e,,%d,,,,%.3f,,,%.4f,1.0000,%.3f\n",
+                (double)bw_bytes / (read_bw * 1e9), bw_passes, decode_peak, read_bw, read_bw);
+        fflush(csv_out);
+    }
+    if (!nctx) {
+        printf("  no context: --decode-max is below 1024\n");
+        return 0;
+    }
+    if (c->decode_step && decode_step_rows(c, ctxs, nctx) != 0) ++failures;
+    failures += decode_softmax_rows(c, ctxs, nctx, checks);
+
+    if (c->decode_step && ndecodes) {
+        printf("\nRecurrent step against exact decode (n = 1, 8 query heads on 8 key/value\n"
+               "heads, d = 64, one thread; both per token, all heads):\n\n");
+        printf("  %9s  %14s  %14s  %7s  %9s\n", "context", "linear step", "exact decode",
+               "GB/s", "speed-up");
+        for (i = 0; i < ndecodes; ++i) {
+            const decode_row *r = &decodes[i];
+            char t1[32], t2[32];
+            fmt_time(t1, sizeof t1, r->step_s);
+            if (r->softmax_s > 0) {
+                fmt_time(t2, sizeof t2, r->softmax_s);
+                printf("  %9zu  %14s  %14s  %7.1f  %8.1fx\n", r->context, t1, t2, r->softmax_gbs,
+                       r->softmax_s / r->step_s);
+            } else {
+                printf("  %9zu  %14s  %14s  %7s  %9s\n", r->context, t1, "-", "-", "-");
+            }
+        }
+        if (ndecodes >= 2)
+            printf("\n  linear step at %zu tokens / at %zu tokens: %.2fx (flat = 1)\n",
+                   decodes[ndecodes - 1].context, decodes[0].context,
+                   decodes[ndecodes - 1].step_s / decodes[0].step_s);
+    }
+    return failures;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -2083,7 +2493,7 @@ int main(int argc, char **argv)
             printf("FMA peak over the series, %d thread%s: %.1f to %.1f GFLOP/s\n", c.threads[ti],
                    c.threads[ti] == 1 ? "" : "s", peak_lo[ti], peak_hi[ti]);
 
-    if (c.decode && run_decode(&c) != 0) ++failures;
+    if (c.decode) failures += run_decode(&c, &checks);
 
     if (c.backward) failures += run_backward(&c, peers);
 
@@ -2138,11 +2548,26 @@ int main(int argc, char **argv)
                 if (r->t.err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->t.err);
                 fprintf(f, "}");
             }
-            fprintf(f, "\n  ],\n  \"decode\": [");
+            fprintf(f, "\n  ],\n  \"decode_read_bandwidth_gbs\": %.3f,"
+                       "\n  \"decode_read_bandwidth_median_gbs\": %.3f,"
+                       "\n  \"decode_peak_gflops\": %.3f,\n  \"decode\": [",
+                    read_bw, read_bw_median, decode_peak);
             for (i = 0; i < ndecodes; ++i)
                 fprintf(f,
                         "%s\n    {\"context\": %zu, \"linear_step_s\": %.6e, \"softmax_s\": %.6e}",
                         i ? "," : "", decodes[i].context, decodes[i].step_s, decodes[i].softmax_s);
+            fprintf(f, "\n  ],\n  \"decode_softmax\": [");
+            for (i = 0; i < ndecode_sms; ++i) {
+                const decode_sm_row *r = &decode_sms[i];
+                fprintf(f,
+                        "%s\n    {\"context\": %zu, \"n\": %zu, \"heads\": %zu, \"kv_heads\": %zu, "
+                        "\"d\": %zu, \"threads\": %d, \"time_s\": %.6e, \"min_s\": %.6e, "
+                        "\"runs\": %d, \"gbytes_s\": %.4f, \"bw_frac\": %.4f",
+                        i ? "," : "", r->context, r->n, r->heads, r->kv_heads, r->d, r->threads,
+                        r->time_s, r->min_s, r->runs, r->gbs, r->bw_frac);
+                if (r->err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->err);
+                fprintf(f, "}");
+            }
             fprintf(f, "\n  ],\n  \"seconds\": %.1f\n}\n", now_s() - started);
             fclose(f);
         }
@@ -2153,5 +2578,6 @@ int main(int argc, char **argv)
            failures ? "FAILED" : "done", checks, checks == 1 ? "" : "s", failures,
            failures == 1 ? "" : "s", now_s() - started);
     free(results);
+    free(decode_sms);
     return failures ? 1 : 0;
 }

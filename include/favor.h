@@ -402,7 +402,7 @@ typedef struct {
 } favor_state;
 
 /* Floats of storage a state needs: heads*(2*width*(dv+1) + 1 + 16*(width+dv+1))
- * + width + max(width, 16*dv) + 36,
+ * + 2*width + 2*d + max(width, 16*dv) + 36,
  * constant in the number of tokens. Returns 0 for arguments favor_state_init
  * would reject. O(1). */
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv);
@@ -894,6 +894,16 @@ static void favor__axpy(float *y, float a, const float *x, size_t n)
     for (i = nv; i < n; ++i) y[i] = favor__s_fma(a, x[i], y[i]);
 }
 
+/* y = x a - b (a product, then a difference: two roundings), in place allowed */
+static void favor__mul_sub(float *y, const float *x, float a, float b, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    favor__vf va = favor__v_set1(a), vb = favor__v_set1(b);
+    for (i = 0; i < nv; i += FAVOR__W)
+        favor__v_store(y + i, favor__v_sub(favor__v_mul(favor__v_load(x + i), va), vb));
+    for (i = nv; i < n; ++i) y[i] = x[i] * a - b;
+}
+
 /* y = p (y - D) s: the softmax backward's dS from dP and P, per lane */
 static void favor__dsoftmax(float *y, const float *p, const float *D, float s, size_t n)
 {
@@ -925,9 +935,9 @@ static void favor__elu1_grad(float *dx, const float *x, const float *phi, const 
 #define FAVOR__NV1 8
 /* The register tile: up to 6 rows x 2 vectors of accumulators (12 of AVX2's 16
  * registers, with two for B and one for the broadcast A); per k two loads, mr
- * broadcasts and 2*mr FMAs. A lone row (a decode step, a tail) takes 1 x
- * FAVOR__NV1 vectors instead: 8 independent FMA chains rather than 2 that would
- * wait on the FMA latency. Every shape adds each C element's terms in the same
+ * broadcasts and 2*mr FMAs. One or two rows (a decode step, a tail) take
+ * 1 x FAVOR__NV1 or 2 x FAVOR__NV1/2 vectors instead: 8 independent FMA chains
+ * rather than 2 or 4 that would wait on the FMA latency. Every shape adds each C element's terms in the same
  * order, so the shape never changes a result. Written once with loops over constant bounds: each
  * call site below passes constants, so the compiler unrolls it and keeps the
  * accumulators in registers. */
@@ -967,7 +977,7 @@ static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, siz
                              size_t csa, const float *B, size_t ldb, float *C, size_t ldc,
                              int acc)
 {
-    FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 && (nv <= 2 || (mr == 1 && nv == FAVOR__NV1)));
+    FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 && (nv <= 2 || nv * mr == FAVOR__NV1));
 #define FAVOR__TILE_CASE(n)                                                            \
     case n:                                                                            \
         if (nv == 2) favor__tile(n, 2, K, A, lda, csa, B, ldb, C, ldc, acc);           \
@@ -975,6 +985,10 @@ static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, siz
         break
     if (mr == 1 && nv == FAVOR__NV1) {
         favor__tile(1, FAVOR__NV1, K, A, lda, csa, B, ldb, C, ldc, acc);
+        return;
+    }
+    if (mr == 2 && nv == FAVOR__NV1 / 2) {
+        favor__tile(2, FAVOR__NV1 / 2, K, A, lda, csa, B, ldb, C, ldc, acc);
         return;
     }
     switch (mr) {
@@ -1000,9 +1014,11 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
         const float *Ai = A + i * lda;
         float *Ci = C + i * ldc;
         j = 0;
-        if (mr == 1) /* one row: a wider tile, or its two chains would wait on latency */
-            for (; j + FAVOR__NV1 * FAVOR__W <= N; j += FAVOR__NV1 * FAVOR__W)
-                favor__gemm_tile(1, FAVOR__NV1, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+        if (mr <= 2) { /* one or two rows: wider tiles, or too few chains hide the latency */
+            size_t nw = FAVOR__NV1 / mr;
+            for (; j + nw * FAVOR__W <= N; j += nw * FAVOR__W)
+                favor__gemm_tile(mr, nw, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+        }
         for (; j + 2 * FAVOR__W <= N; j += 2 * FAVOR__W)
             favor__gemm_tile(mr, 2, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
         for (; j + FAVOR__W <= N; j += FAVOR__W)
@@ -1077,20 +1093,50 @@ static void favor__gemm_tri(size_t M, size_t N, int upper, const float *A, size_
     favor__gemm_stair(M, N, M, upper, upper ? 0 : 1, A, lda, csa, B, ldb, C, ldc);
 }
 
+/* Ask for `rows` rows of `cols` floats (stride ld) to be brought into cache: the
+ * next chunk's inputs, fetched while this chunk computes. A hint only. */
+static void favor__prefetch(const float *p, size_t rows, size_t ld, size_t cols)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    size_t r, c;
+    for (r = 0; r < rows; ++r)
+        for (c = 0; c < cols; c += 64 / sizeof(float)) __builtin_prefetch(p + r * ld + c, 0, 3);
+#else
+    (void)p;
+    (void)rows;
+    (void)ld;
+    (void)cols;
+#endif
+}
+
+/* Rows to prefetch while a kernel computes (the next tile of a stream): `rows`
+ * rows of a (a_cols floats, stride lda) and of b (b_cols, ldb). */
+typedef struct {
+    const float *a, *b;
+    size_t lda, ldb, a_cols, b_cols, rows;
+} favor__ahead;
+
 /* S[j] = q . K_j for nb rows K_j = K + j*ldk of d floats: the scores of one
  * query row against a tile of keys (and a projection W x, one row of W per
  * output). W keys at a time, each with its own accumulator along d, reduced
  * together by favor__v_sums: every key row is read once per call, and the FMA
  * chains are independent. Narrow backends (W < 4) take per-key dot products,
- * whose four accumulators hide the FMA latency better. */
+ * whose four accumulators hide the FMA latency better. With `ahead`, each group
+ * of keys also asks for the same rows of the next tile: spread over the work,
+ * the prefetches overlap the arithmetic (issued all at once, they stall it). */
 static void favor__dots(const float *q, size_t d, const float *K, size_t ldk, size_t nb,
-                        float *S)
+                        float *S, const favor__ahead *ahead)
 {
     size_t j = 0, c, u, dvec = d - d % FAVOR__W;
     if (FAVOR__W >= 4)
         for (; j + FAVOR__W <= nb; j += FAVOR__W) {
             favor__vf acc[FAVOR__W];
             const float *Kj = K + j * ldk;
+            if (ahead && j < ahead->rows) {
+                size_t n = ahead->rows - j < FAVOR__W ? ahead->rows - j : FAVOR__W;
+                favor__prefetch(ahead->a + j * ahead->lda, n, ahead->lda, ahead->a_cols);
+                favor__prefetch(ahead->b + j * ahead->ldb, n, ahead->ldb, ahead->b_cols);
+            }
             FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u) acc[u] = favor__v_set1(0.0f);
             for (c = 0; c < dvec; c += FAVOR__W) {
                 favor__vf a = favor__v_load(q + c);
@@ -1114,22 +1160,6 @@ static void favor__transpose(size_t R, size_t Cn, const float *src, size_t lds, 
             favor__v_transpose(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
     for (r = 0; r < R; ++r)
         for (c = r < Rv ? Cv : 0; c < Cn; ++c) dst[c * ldd + r] = src[r * lds + c];
-}
-
-/* Ask for `rows` rows of `cols` floats (stride ld) to be brought into cache: the
- * next chunk's inputs, fetched while this chunk computes. A hint only. */
-static void favor__prefetch(const float *p, size_t rows, size_t ld, size_t cols)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    size_t r, c;
-    for (r = 0; r < rows; ++r)
-        for (c = 0; c < cols; c += 64 / sizeof(float)) __builtin_prefetch(p + r * ld + c, 0, 3);
-#else
-    (void)p;
-    (void)rows;
-    (void)ld;
-    (void)cols;
-#endif
 }
 
 /* 4.5 PRNG and sampling ------------------------------------------------------
@@ -1315,15 +1345,12 @@ static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, siz
         float sqs = mp->sqs;
         switch (mp->kernel) {
         case FAVOR_POSITIVE:
-            for (l = 0; l < m; ++l) u[l] = u[l] * sqs - h;
+            favor__mul_sub(u, u, sqs, h, m);
             r[i] = favor__maxval(u, m);
             break;
         case FAVOR_HYPERBOLIC:
-            for (l = 0; l < m; ++l) {
-                float a = u[l] * sqs;
-                u[l] = a - h;
-                u[m + l] = -a - h;
-            }
+            favor__mul_sub(u + m, u, -sqs, h, m); /* -a - h, a = u sqs */
+            favor__mul_sub(u, u, sqs, h, m);
             r[i] = favor__maxval(u, 2 * m);
             break;
         case FAVOR_TRIG:
@@ -2145,18 +2172,21 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
         }
     for (; j0 < jend; j0 += BK) {
         size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1;
-        if (j0 + nb < jend) { /* the next tile, fetched while this one computes */
-            size_t nn = jend - j0 - nb < BK ? jend - j0 - nb : BK;
-            favor__prefetch(K + (j0 + nb) * ldk, nn, ldk, d);
-            favor__prefetch(V + (j0 + nb) * ldv, nn, ldv, dv);
-        }
+        favor__ahead ahead; /* the next tile's keys and values, during the first row */
+        ahead.rows = jend - j0 - nb < BK ? jend - j0 - nb : BK;
+        ahead.a = ahead.rows ? K + (j0 + nb) * ldk : K;
+        ahead.b = ahead.rows ? V + (j0 + nb) * ldv : V;
+        ahead.lda = ldk;
+        ahead.ldb = ldv;
+        ahead.a_cols = d;
+        ahead.b_cols = dv;
         for (i = 0; i < x->n; ++i) {
             size_t vis = x->causal ? favor__visible(i, x->n, x->nk) : x->nk;
             size_t kv = vis <= j0 ? 0 : vis - j0 < nb ? vis - j0 : nb; /* keys row i sees */
             full &= kv == nb;
             for (r = i * x->grp; r < (i + 1) * x->grp; ++r) {
                 float *Sr = S + r * BK, *pr = P + r * rec, alpha, mc;
-                favor__dots(Qs + r * d, d, K + j0 * ldk, ldk, kv, Sr);
+                favor__dots(Qs + r * d, d, K + j0 * ldk, ldk, kv, Sr, r ? NULL : &ahead);
                 for (j = kv; j < nb; ++j) Sr[j] = -INFINITY;
                 mc = favor__online_max(pr, favor__maxval(Sr, nb), &alpha);
                 favor__exp_add(Sr, Sr, -mc, nb);
@@ -2744,13 +2774,16 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
  * storage alone is the whole state. */
 #define FAVOR__PEND 16
 
-/* floats of the step's scratch: the query's features, a and the exp factors of
- * the pending keys, two log-scales, and the fold's product tile */
-static size_t favor__step_floats(size_t w, size_t dv)
+/* floats of the step's scratch: a key's and a query's features (2 w), a and the
+ * exp factors of the pending keys, two log-scales, the fold's product tile, and
+ * a key and a query row (2 d) */
+static size_t favor__step_floats(size_t w, size_t d, size_t dv)
 {
     size_t t;
-    if (w > SIZE_MAX / 4 || !favor__mul_ok(dv, FAVOR__FOLD, &t) || t > SIZE_MAX / 4) return 0;
-    return w + 2 * FAVOR__PEND + 2 + (w > t ? w : t) + 1;
+    if (w > SIZE_MAX / 8 || d > SIZE_MAX / 8 || !favor__mul_ok(dv, FAVOR__FOLD, &t) ||
+        t > SIZE_MAX / 4)
+        return 0;
+    return 2 * w + 2 * d + 2 * FAVOR__PEND + 2 + (w > t ? w : t) + 1;
 }
 
 static size_t favor__npend(const favor_state *st) { return (size_t)st->c[st->heads]; }
@@ -2783,18 +2816,25 @@ static void favor__pend_fold(const favor__map *mp, favor_state *st, size_t g, si
                         favor__stabilized(mp->kernel) && cb.mk[0] != m, pv, dv, np, dv, &cb);
 }
 
-/* one token of key/value head g and its query heads, with np tokens pending */
+/* one token of key/value head g and its query heads, with np tokens pending;
+ * X: 2 d floats, where the key and the first query are projected together (one
+ * read of W for both; the query's features land in cb.qf, right after the
+ * key's) */
 static void favor__step_head(const favor__map *mp, favor_state *st, const favor_tensor *q,
                              const favor_tensor *k, const favor_tensor *v,
-                             const favor_tensor *out, size_t g, size_t np, const favor__chunk *scr)
+                             const favor_tensor *out, size_t g, size_t np, const favor__chunk *scr,
+                             float *X)
 {
-    size_t w = st->width, dv = st->dv, grp = q->heads / st->heads, t;
+    size_t w = st->width, d = st->dim, dv = st->dv, grp = q->heads / st->heads, t;
     const float *S = st->s + g * w * dv, *z = st->z + g * w;
     float c = st->c[g], *pv, m, e;
     favor__chunk cb;
     int rising;
     favor__pend_chunk(st, g, scr, &cb, &pv);
-    favor__phi_raw(mp, k->data + g * k->head_stride, k->row_stride, 1, cb.kf + np * w, w, cb.rk);
+    memcpy(X, k->data + g * k->head_stride, d * sizeof(float));
+    memcpy(X + d, q->data + g * grp * q->head_stride, d * sizeof(float));
+    favor__phi_raw(mp, X, d, 2, cb.qf - w, w, cb.rk); /* rk, rq: consecutive */
+    memcpy(cb.kf + np * w, cb.qf - w, w * sizeof(float));
     m = cb.mk[np] = favor__s_max(cb.rk[0], np ? cb.mk[np - 1] : c);
     favor__phi_finish(mp, cb.kf + np * w, w, 1, cb.rk, cb.mk + np);
     memcpy(pv + np * dv, v->data + g * v->head_stride, dv * sizeof(float));
@@ -2804,9 +2844,9 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
     for (t = 0; t < grp; ++t) {
         size_t h = g * grp + t;
         float *o = out->data + h * out->head_stride;
-        favor__phi_raw(mp, q->data + h * q->head_stride, q->row_stride, 1, cb.qf, w, cb.rq);
+        if (t) favor__phi_raw(mp, q->data + h * q->head_stride, q->row_stride, 1, cb.qf, w, cb.rq);
         favor__phi_finish(mp, cb.qf, w, 1, cb.rq, cb.rq);
-        favor__dots(cb.qf, w, cb.kf, w, np + 1, cb.a);
+        favor__dots(cb.qf, w, cb.kf, w, np + 1, cb.a, NULL);
         if (rising) favor__vmul(cb.a, cb.g, np);
         favor__gemm(1, dv, w, cb.qf, w, 1, S, dv, o, dv, 0);
         favor__scal(o, e, dv);
@@ -2822,7 +2862,7 @@ FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_
     if (!favor__mul_ok(w, dv + 1, &n) || !favor__mul_ok(n, 2, &n) || !favor__add_ok(n, 1, &n) ||
         !favor__add_ok(w, dv + 1, &t) || !favor__mul_ok(t, FAVOR__PEND, &t) ||
         !favor__add_ok(n, t, &n) || !favor__mul_ok(n, heads, &n) ||
-        !(t = favor__step_floats(w, dv)) || !favor__add_ok(n, t + 1, &n) ||
+        !(t = favor__step_floats(w, f->dim, dv)) || !favor__add_ok(n, t + 1, &n) ||
         n > SIZE_MAX / sizeof(float))
         return 0;
     return n;
@@ -2837,7 +2877,7 @@ FAVOR_API void favor_state_reset(favor_state *st)
     memset(st->comp, 0, st->heads * st->width * (st->dv + 1) * sizeof(float));
     memset(st->pend, 0, st->heads * FAVOR__PEND * (st->width + st->dv + 1) * sizeof(float));
     /* the step's scratch too: every float of the storage defined (see above) */
-    memset(st->scratch, 0, favor__step_floats(st->width, st->dv) * sizeof(float));
+    memset(st->scratch, 0, favor__step_floats(st->width, st->dim, st->dv) * sizeof(float));
     for (h = 0; h < st->heads; ++h) st->c[h] = -INFINITY;
     st->c[st->heads] = 0.0f; /* nothing pending */
     st->tokens = 0;
@@ -2863,7 +2903,7 @@ FAVOR_API favor_status favor_state_init(favor_state *st, const favor_features *f
     st->z = st->s + heads * w * dv;
     st->c = st->z + heads * w;
     st->scratch = st->c + heads + 1;
-    st->comp = st->scratch + favor__step_floats(w, dv);
+    st->comp = st->scratch + favor__step_floats(w, f->dim, dv);
     st->pend = st->comp + heads * w * (dv + 1);
     favor_state_reset(st);
     return FAVOR_OK;
@@ -2979,14 +3019,15 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
     np = favor__npend(st);
     x = st->scratch;
     memset(&scr, 0, sizeof scr);
-    scr.qf = x;
-    scr.a = x + st->width;
+    scr.qf = x + st->width; /* after the key's raw features */
+    scr.a = scr.qf + st->width;
     scr.g = scr.a + FAVOR__PEND;
-    scr.rq = scr.g + FAVOR__PEND;
-    scr.rk = scr.rq + 1;
-    scr.tile = scr.rk + 1;
+    scr.rk = scr.g + FAVOR__PEND;
+    scr.rq = scr.rk + 1;
+    scr.tile = scr.rq + 1;
     favor__map_make(&mp, f, f->scale);
-    for (g = 0; g < st->heads; ++g) favor__step_head(&mp, st, q, k, v, out, g, np, &scr);
+    x = scr.tile + (st->width > FAVOR__FOLD * st->dv ? st->width : FAVOR__FOLD * st->dv);
+    for (g = 0; g < st->heads; ++g) favor__step_head(&mp, st, q, k, v, out, g, np, &scr, x);
     if (++np == FAVOR__PEND) { /* the block is full: into the compensated sums */
         for (g = 0; g < st->heads; ++g) favor__pend_fold(&mp, st, g, np, &scr);
         np = 0;
