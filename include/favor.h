@@ -112,13 +112,24 @@
  * sum |dout_i| over the rows that see key j, up to rounding); where feature
  * products underflow, the gradients are as coarse as the forward.
  *
+ * DECODING. A softmax call with at most 32 query rows (generating a token, or a
+ * few speculative ones, against a key/value cache) takes another path, invisibly:
+ * for each key/value head, every query row of every query head in its group is
+ * scored against each key tile while the tile is in cache, so K and V are read
+ * once per key/value head; the keys are cut into fixed blocks of 512 whose
+ * partial results merge in block order. Same results within the same bounds.
+ *
  * THREADS. Compiled with OpenMP (-fopenmp), softmax attention splits query blocks
- * and linear attention/extend and the backward passes split key/value heads over
+ * (decoding: blocks of 512 keys of every key/value head) and linear
+ * attention/extend and the backward passes split key/value heads over
  * favor_options.threads threads (0: OpenMP's default); results are bit-identical
  * for any thread count.
  *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
- * needs (independent of the sequence length; a slice per thread; any alignment). Pass a buffer that large in
+ * needs (a slice per thread; any alignment; independent of the sequence length,
+ * except for softmax decoding, whose per-block partials take R (d_v + 2) floats
+ * per 512 keys per key/value head, R = query rows x query heads per key/value
+ * head: 0.5% of the cache's bytes for R = 1, d = d_v). Pass a buffer that large in
  * favor_options.workspace, or NULL to let the call allocate with FAVOR_MALLOC and
  * free before it returns. Nothing else is allocated and there is no global state:
  * every function is reentrant.
@@ -134,6 +145,11 @@
  *     0.3  compensated state sums (favor_state_floats grows: 2*width*(dv+1) per
  *          head); NaN/inf in a later token no longer reaches earlier rows;
  *          finite gradients for large inputs; interleaved outputs accepted.
+ *     0.4  a decode path for softmax calls of at most 32 query rows (K and V read
+ *          once per key/value head, keys split over threads; its workspace grows
+ *          with n_k); favor_linear_step keeps a pending block of 16 tokens
+ *          (favor_state gains `pend`, c holds heads + 1 floats, and
+ *          favor_state_floats grows by heads*16*(width+dv+1) + 2*d + ...).
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -306,7 +322,8 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
                                          const favor_tensor *phi, favor_role role);
 
 /* Exact softmax attention, out = softmax(s q k^T [+ causal mask]) v per head.
- * Time O(heads n n_k d), memory O(tile): the workspace does not depend on n.
+ * Time O(heads n n_k d), memory O(tile): the workspace does not depend on n, nor
+ * on n_k except for calls of at most 32 query rows (see DECODING, WORKSPACE).
  * Errors: FAVOR_E_NULL, FAVOR_E_SHAPE, FAVOR_E_OVERFLOW, FAVOR_E_ALIAS (out
  * overlaps q, k or v), FAVOR_E_WORKSPACE, FAVOR_E_NOMEM, FAVOR_E_ARG (flags,
  * scale < 0 or not finite, threads < 0). With opts->lse it also writes each
@@ -315,9 +332,11 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
                                                const favor_tensor *v, const favor_tensor *out,
                                                const favor_options *opts);
 /* Bytes of opts->workspace favor_softmax_attention needs for these shapes and
- * opts->threads: a few tiles per thread, independent of n and n_k; 0 when the
- * arguments are invalid (the call itself says why). O(1). Each _workspace query
- * below is the same for its own call. */
+ * opts->threads: a few tiles per thread, independent of n and n_k, plus, for at
+ * most 32 query rows, the decode partials (growing with n_k: see WORKSPACE); 0
+ * when the arguments are invalid (the call itself says why; with at most 32
+ * query rows k and v are checked too). O(1). Each _workspace query below is the
+ * same for its own call. */
 FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q,
                                                    const favor_tensor *k,
                                                    const favor_tensor *v,
@@ -442,8 +461,11 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f,
 
 /* One token for every head: q, k, v, out have one row each; the scale is
  * f->scale. Uses st->scratch, no workspace, no allocation: O(heads width
- * (d + d_v)) time, constant in the number of tokens already absorbed. Errors as
- * favor_linear_extend, plus FAVOR_E_SHAPE when a tensor has more than one row. */
+ * (d + d_v)) time, constant in the number of tokens already absorbed. It reads
+ * S and keeps the token in the state's pending block; every 16th token folds the
+ * block into the compensated sums as one rank-16 update (favor_linear_extend
+ * folds it first too). Errors as favor_linear_extend, plus FAVOR_E_SHAPE when a
+ * tensor has more than one row. */
 FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *st,
                                          const favor_tensor *q, const favor_tensor *k,
                                          const favor_tensor *v, const favor_tensor *out);
@@ -2122,7 +2144,7 @@ static void favor__softmax_block(const float *Q, size_t ldq, const float *K, siz
  * (and the lse). Neither pass depends on which thread ran what, so the results
  * do not depend on the thread count. Workspace: R (d + BK) floats per thread,
  * plus R (d_v + 2) floats per block per key/value head, which grows with n_k. */
-#define FAVOR__DEC_ROWS 16
+#define FAVOR__DEC_ROWS 32
 #define FAVOR__DEC_BLOCK 512
 
 typedef struct {

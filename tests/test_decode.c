@@ -1,11 +1,11 @@
-/* favor_softmax_attention on decode shapes: a few query rows (n <= 16, where the
+/* favor_softmax_attention on decode shapes: a few query rows (n <= 32, where the
  * header may take a decode path) against a long key/value cache, checked against
  * the float64 reference (tests/reference.c). The results must hold whichever path
  * a call takes.
  *
  * Accuracy (the prefill's tolerance): max |O - O_ref| <= 2e-5 * max|V| on N(0,1)
  * inputs, and with opts.lse |lse - lse_ref| <= 1e-5 * (1 + |lse_ref|), for n in
- * {1, 2, 3, 8, 16}, n_k from 1 to 100000 (around the 512-key blocks: 511, 512,
+ * {1, 2, 3, 8, 16, 32}, n_k from 1 to 100000 (around the 512-key blocks: 511, 512,
  * 513, 1537, 4101), grouped-query ratios 1, 4 and 8, causal (bottom-right
  * aligned) and not, d in {1, 4, 64, 128, 256} with d_v != d in some cases, K
  * and V as strided views of a [tokens][heads*dim] cache (also K and V sharing one
@@ -15,7 +15,7 @@
  * the gaps of its output and the floats around lse untouched and write every
  * output element.
  *
- * The switch: n = 15, 16 and 17 rows of the same inputs each match the
+ * The switch: n = 31, 32 and 33 rows of the same inputs each match the
  * reference, and rows shared by two of those calls (the first rows when not
  * causal; the last rows, with the same visible keys, when causal) agree within
  * 2e-5 * max|V| (O) and 2e-5 * (1 + |lse|) (lse).
@@ -233,6 +233,8 @@ static const dc_case cases[] = {
     {  4, 1,   8,      3,  64,  64, 1, 0.0f,  P, IL,  P, 0, 1 },
     {  8, 2,  16,      7,   1,   3, 1, 0.5f, IL, IP, IL, 1, 1 },
     {  4, 4,  16,      1, 128, 128, 1, 0.0f,  P, IL, PD, 0, 1 },
+    {  4, 1,  32,    700,  64,  48, 1, 0.0f,  P, IL,  P, 1, 1 },
+    {  2, 2,  32,     20,  16,  16, 1, 0.0f, IL, IP,  P, 0, 1 },
     {  8, 8,   2,      1,  64,  64, 1, 0.0f,  P, IP,  P, 1, 1 },
 };
 
@@ -409,17 +411,21 @@ static void test_decode_shared_cache_buffer(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* The switch point: calls of at most SW query rows take favor.h's decode path
+ * (FAVOR__DEC_ROWS), longer ones the prefill's. */
+#define SW 32
+
 /* ---- 2. both sides of the switch ---------------------------------------------- */
 
-/* Q with 17 rows; calls with n = 15, 16, 17 take the first n rows of Q when not
+/* Q with SW + 1 rows; calls with n = SW - 1, SW, SW + 1 take the first n rows of Q when not
  * causal, the last n when causal: either way row i of the n-row call is row
- * off + i of the 17-row problem (off = 0, or 17 - n) and sees the same keys. So
- * the 17-row reference serves all three calls; then each pair of calls is
+ * off + i of the (SW + 1)-row problem (off = 0, or SW + 1 - n) and sees the same keys. So
+ * the (SW + 1)-row reference serves all three calls; then each pair of calls is
  * compared on the rows they share. */
 static int run_switch(size_t hq, size_t hkv, size_t nk, size_t d, size_t dv,
                       unsigned long long seed)
 {
-    static const size_t ns[3] = { 15, 16, 17 };
+    static const size_t ns[3] = { SW - 1, SW, SW + 1 };
     static const size_t pa[3] = { 0, 1, 0 }, pb[3] = { 2, 2, 1 }; /* the pairs */
     tu_rng rng;
     tv_buf Q, K, V, O[3];
@@ -428,7 +434,7 @@ static int run_switch(size_t hq, size_t hkv, size_t nk, size_t d, size_t dv,
     int causal, fails = 0;
     size_t i;
     rng.s = seed;
-    tv_make(&Q, hq, 17, d, TV_INTERLEAVED, &rng, 1.0);
+    tv_make(&Q, hq, (SW + 1), d, TV_INTERLEAVED, &rng, 1.0);
     tv_make(&K, hkv, nk, d, TV_INTERPAD, &rng, 1.0);
     tv_make(&V, hkv, nk, dv, TV_INTERPAD, &rng, 1.0);
     for (i = 0; i < 3; ++i) {
@@ -438,16 +444,16 @@ static int run_switch(size_t hq, size_t hkv, size_t nk, size_t d, size_t dv,
     dq = tu_tensor_to_double(&Q.t);
     dk = tu_tensor_to_double(&K.t);
     dvv = tu_tensor_to_double(&V.t);
-    ref = (double *)xmalloc(hq * 17 * dv * sizeof *ref);
-    rl = (double *)xmalloc(hq * 17 * sizeof *rl);
+    ref = (double *)xmalloc(hq * (SW + 1) * dv * sizeof *ref);
+    rl = (double *)xmalloc(hq * (SW + 1) * sizeof *rl);
     tol = 2e-5 * tv_max_abs(&V);
     for (causal = 0; causal < 2; ++causal) {
         favor_options opt = favor_default_options();
         opt.flags = causal ? FAVOR_CAUSAL : 0u;
-        ref_softmax(dq, dk, dvv, ref, hq, hkv, 17, nk, d, dv, 0.0, causal);
-        ref_softmax_lse(dq, dk, rl, hq, hkv, 17, nk, d, 0.0, causal);
+        ref_softmax(dq, dk, dvv, ref, hq, hkv, (SW + 1), nk, d, dv, 0.0, causal);
+        ref_softmax_lse(dq, dk, rl, hq, hkv, (SW + 1), nk, d, 0.0, causal);
         for (i = 0; i < 3; ++i) {
-            size_t m = ns[i], off = causal ? 17 - m : 0, h, r, c;
+            size_t m = ns[i], off = causal ? (SW + 1) - m : 0, h, r, c;
             favor_tensor q = tv_rows(&Q.t, off, m);
             favor_status st;
             double err = 0, lerr = 0;
@@ -477,12 +483,12 @@ static int run_switch(size_t hq, size_t hkv, size_t nk, size_t d, size_t dv,
             }
             for (h = 0; h < hq; ++h)
                 for (r = 0; r < m; ++r) {
-                    double y = rl[h * 17 + off + r], t;
+                    double y = rl[h * (SW + 1) + off + r], t;
                     t = fabs((double)lse[i][DC_GUARD + h * m + r] - y) / (1e-5 * (1 + fabs(y)));
                     if (!(t <= lerr)) lerr = t;
                     for (c = 0; c < dv; ++c) {
                         double e = fabs((double)tu_at(&O[i].t, h, r, c) -
-                                        ref[(h * 17 + off + r) * dv + c]);
+                                        ref[(h * (SW + 1) + off + r) * dv + c]);
                         if (!(e <= err)) err = e;
                     }
                 }

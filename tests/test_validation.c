@@ -1037,11 +1037,11 @@ static void test_workspace_queries(void **state)
     q.rows = k.rows = q.heads = k.heads = 1;
     assert_int_equal(favor_softmax_attention_workspace(&q, &k, &v, NULL), 0);
     q = Tq, k = Tk;
-    /* independent of the sequence length (softmax: with more than 16 query rows;
+    /* independent of the sequence length (softmax: with more than 32 query rows;
        the decode path's partials grow with n_k, see tests/test_decode.c) */
     {
         size_t a, b = favor_linear_attention_workspace(&F, &q, &k, &v, &o);
-        q = favor_tensor_packed(Tq.data, HQ, 17, D);
+        q = favor_tensor_packed(Tq.data, HQ, 33, D);
         a = favor_softmax_attention_workspace(&q, &k, &v, &o);
         /* (the queries read no data: these sizes need not be backed by memory) */
         q = favor_tensor_packed(Tq.data, HQ, 1000000, D);
