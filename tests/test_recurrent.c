@@ -11,11 +11,15 @@
  * (b) Recurrent equals parallel: n = 300, 4 query heads on 2 kv heads (GQA) and
  *     on 4: one causal favor_linear_attention call, favor_linear_extend in blocks
  *     of 1, 7, 64 and 228 tokens, and 300 favor_linear_step calls agree within
- *     1e-5 * max|O|. favor_state_reset makes a second extend run bit-for-bit
+ *     1e-5 * max|O|, and so do runs of steps and extends in turn (5 steps,
+ *     extend 7, 20 steps, extend 1, ...: every extend folds a different number
+ *     of pending step tokens). favor_state_reset makes a second extend run bit-for-bit
  *     identical to the first. A causal call with n_k > n (a prefix of n_k - n
  *     keys) equals extend (or step) over the prefix tokens, outputs discarded,
  *     followed by extend (or step) over the last n, and matches ref_linear.
- * (c) State storage fully defined after init and reset (see the test).
+ * (c) State storage fully defined after init and reset (see the test), and the
+ *     whole state: a copy of its bytes, pending step tokens included, continues
+ *     bit for bit as the original does.
  *
  * Every random-feature map has m = 64. TRIG takes inputs N(0, 0.3^2) throughout
  * (except the ~1e3 rows of (a)): with d = 16, |q' - k'|^2 is about 0.7, so each
@@ -62,7 +66,7 @@ static favor_status make_features(favor_features *f, favor_kernel kernel, size_t
     return s;
 }
 
-enum { FORM_BLOCK, FORM_EXTEND, FORM_STEP, FORM_SOFTMAX };
+enum { FORM_BLOCK, FORM_EXTEND, FORM_STEP, FORM_SOFTMAX, FORM_MIXED };
 
 static const char *form_name(int form)
 {
@@ -71,6 +75,7 @@ static const char *form_name(int form)
     case FORM_EXTEND: return "extend";
     case FORM_STEP: return "step";
     case FORM_SOFTMAX: return "softmax";
+    case FORM_MIXED: return "steps and extends";
     }
     return "?";
 }
@@ -108,6 +113,33 @@ static favor_status step_all(const favor_features *f, favor_state *st, const fav
     return FAVOR_OK;
 }
 
+/* Steps and extends in turn: runs of steps leave 0 to 15 tokens in the state's
+ * pending block (16 fold), so each extend starts by folding a different count;
+ * the last extend takes the rest of the rows. */
+static favor_status mixed_all(const favor_features *f, favor_state *st, const favor_tensor *Q,
+                              const favor_tensor *K, const favor_tensor *V,
+                              const favor_tensor *O)
+{
+    static const size_t runs[] = { 5, 7, 20, 1, 33, 64, 16, 9, 3, 2 }; /* steps, extend, ... */
+    size_t i, r0 = 0;
+    for (i = 0; r0 < Q->rows; ++i) {
+        size_t len = i < sizeof runs / sizeof runs[0] ? runs[i] : Q->rows - r0;
+        favor_tensor q, k, v, o;
+        favor_status s;
+        if (len > Q->rows - r0 || (i >= sizeof runs / sizeof runs[0] && i % 2 == 0))
+            len = Q->rows - r0; /* the rest, as an extend */
+        q = tv_rows(Q, r0, len);
+        k = tv_rows(K, r0, len);
+        v = tv_rows(V, r0, len);
+        o = tv_rows(O, r0, len);
+        s = i % 2 == 0 && i < sizeof runs / sizeof runs[0] ? step_all(f, st, &q, &k, &v, &o)
+                                                           : favor_linear_extend(f, st, &q, &k, &v, &o, NULL);
+        if (s != FAVOR_OK) return s;
+        r0 += len;
+    }
+    return FAVOR_OK;
+}
+
 /* The causal output of the whole sequence in one of the forms, from a fresh state. */
 static favor_status run_form(const favor_features *f, int form, const favor_tensor *Q,
                              const favor_tensor *K, const favor_tensor *V,
@@ -123,8 +155,9 @@ static favor_status run_form(const favor_features *f, int form, const favor_tens
     store = (float *)malloc(favor_state_floats(f, K->heads, V->cols) * sizeof *store);
     s = favor_state_init(&st, f, K->heads, V->cols, store);
     if (s == FAVOR_OK)
-        s = form == FORM_EXTEND ? extend_blocks(f, &st, Q, K, V, O, blocks, nblocks)
-                                : step_all(f, &st, Q, K, V, O);
+        s = form == FORM_EXTEND  ? extend_blocks(f, &st, Q, K, V, O, blocks, nblocks)
+            : form == FORM_MIXED ? mixed_all(f, &st, Q, K, V, O)
+                                 : step_all(f, &st, Q, K, V, O);
     if (s == FAVOR_OK && st.tokens != K->rows) {
         print_error("  state.tokens %llu after %u tokens\n", st.tokens, (unsigned)K->rows);
         s = FAVOR_E_ARG;
@@ -431,6 +464,14 @@ static void test_recurrent_equals_parallel(void **state)
                 } else {
                     fails += check_close("step x300", &Os, &Op);
                 }
+                tv_reset(&Os);
+                s = run_form(&f, FORM_MIXED, &Q.t, &K.t, &V.t, &Os.t, NULL, 0);
+                if (s != FAVOR_OK) {
+                    print_error("  steps and extends: %s\n", favor_status_string(s));
+                    ++fails;
+                } else {
+                    fails += check_close("steps 5, extend 7, steps 20, ...", &Os, &Op);
+                }
             }
             if (!tv_unchanged(&Q) || !tv_unchanged(&K) || !tv_unchanged(&V) ||
                 !tv_gaps_unchanged(&Op) || !tv_gaps_unchanged(&Oe) || !tv_gaps_unchanged(&Os)) {
@@ -592,6 +633,45 @@ static void test_prefix_extend(void **state)
 /* (c) favor_state_init and favor_state_reset write every float of the storage:
  * storage filled with a byte pattern first holds none of it after init, and a
  * reset after tokens were absorbed gives the same bytes as a fresh init. */
+/* The storage alone is the state: after 21 more steps (one fold of 16, 5 tokens
+ * pending), a copy of its bytes bound to another state continues exactly as the
+ * original does over 10 more steps (bit for bit). */
+static int copy_continues(const favor_features *f, favor_state *st, const float *store,
+                          size_t floats, const tv_buf *Q, const tv_buf *K, const tv_buf *V)
+{
+    const size_t a = 21, b = 10, dv = V->t.cols, hq = Q->t.heads;
+    float *copy = (float *)malloc(floats * sizeof *copy);
+    float *o1 = (float *)malloc(hq * a * dv * sizeof *o1), *o2 = (float *)malloc(hq * b * dv * sizeof *o2);
+    favor_tensor q = tv_rows(&Q->t, 0, a), k = tv_rows(&K->t, 0, a), v = tv_rows(&V->t, 0, a);
+    favor_tensor O1 = favor_tensor_packed(o1, hq, a, dv), O2 = favor_tensor_packed(o2, hq, b, dv);
+    favor_state st2;
+    favor_status s;
+    int fails = 0;
+    assert_true(copy && o1 && o2);
+    s = step_all(f, st, &q, &k, &v, &O1); /* 21 more tokens: a fold, 5 pending */
+    if (s == FAVOR_OK) s = favor_state_init(&st2, f, st->heads, dv, copy);
+    if (s == FAVOR_OK) {
+        memcpy(copy, store, floats * sizeof *copy);
+        q = tv_rows(&Q->t, a, b);
+        k = tv_rows(&K->t, a, b);
+        v = tv_rows(&V->t, a, b);
+        O1 = favor_tensor_packed(o1, hq, b, dv);
+        s = step_all(f, st, &q, &k, &v, &O1);
+        if (s == FAVOR_OK) s = step_all(f, &st2, &q, &k, &v, &O2);
+    }
+    if (s != FAVOR_OK) {
+        print_error("  copy of the state: %s\n", favor_status_string(s));
+        ++fails;
+    } else if (memcmp(o1, o2, hq * b * dv * sizeof *o1) != 0) {
+        print_error("  a copy of the storage continues differently from the original\n");
+        ++fails;
+    }
+    free(copy);
+    free(o1);
+    free(o2);
+    return fails;
+}
+
 static void test_state_storage_defined(void **state)
 {
     const size_t hkv = 2, hq = 4, n = 70, d = 16, dv = 12;
@@ -628,6 +708,7 @@ static void test_state_storage_defined(void **state)
         tv_make(&O, hq, n, dv, TV_PACKED, &rng, -1);
         s = favor_linear_extend(&f, &st, &Q.t, &K.t, &V.t, &O.t, NULL);
         if (s == FAVOR_OK) s = step_all(&f, &st, &Q.t, &K.t, &V.t, &O.t);
+        if (s == FAVOR_OK) fails += copy_continues(&f, &st, store, floats, &Q, &K, &V);
         favor_state_reset(&st);
         differs = memcmp(store, fresh, floats * sizeof *store) != 0;
         print_message("%-10s %zu floats: %zu unwritten by init, reset %s fresh\n",
