@@ -149,7 +149,8 @@
  *          once per key/value head, keys split over threads; its workspace grows
  *          with n_k); favor_linear_step keeps a pending block of 16 tokens
  *          (favor_state gains `pend`, c holds heads + 1 floats, and
- *          favor_state_floats grows by heads*16*(width+dv+1) + 2*d + ...).
+ *          favor_state_floats grows by heads*(16*(width+dv+1) + 2*(width+d+1))
+ *          and a little more: see favor_state_floats).
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -420,8 +421,8 @@ typedef struct {
                             added to s and z                        */
 } favor_state;
 
-/* Floats of storage a state needs: heads*(2*width*(dv+1) + 1 + 16*(width+dv+1))
- * + 2*width + 2*d + max(width, 16*dv) + 36,
+/* Floats of storage a state needs: heads*(2*width*(dv+2) + 2*d + 3 +
+ * 16*(width+dv+1)) + width + max(width, 16*dv) + 35,
  * constant in the number of tokens. Returns 0 for arguments favor_state_init
  * would reject. O(1). */
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv);
@@ -2796,16 +2797,18 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
  * storage alone is the whole state. */
 #define FAVOR__PEND 16
 
-/* floats of the step's scratch: a key's and a query's features (2 w), a and the
- * exp factors of the pending keys, two log-scales, the fold's product tile, and
- * a key and a query row (2 d) */
-static size_t favor__step_floats(size_t w, size_t d, size_t dv)
+/* floats of the step's scratch: every head's key and first query row (2 heads d)
+ * and their raw features and log-scales (2 heads (w + 1)), the features of a
+ * further query (w + 1), a and the exp factors of the pending keys, the fold's
+ * product tile; 0 on overflow */
+static size_t favor__step_floats(size_t w, size_t d, size_t dv, size_t heads)
 {
-    size_t t;
+    size_t t, n;
     if (w > SIZE_MAX / 8 || d > SIZE_MAX / 8 || !favor__mul_ok(dv, FAVOR__FOLD, &t) ||
-        t > SIZE_MAX / 4)
+        t > SIZE_MAX / 4 || !favor__mul_ok(w + d + 1, 2 * heads, &n) || heads > SIZE_MAX / 4 ||
+        !favor__add_ok(n, w + 1 + 2 * FAVOR__PEND + (w > t ? w : t) + 1, &n))
         return 0;
-    return 2 * w + 2 * d + 2 * FAVOR__PEND + 2 + (w > t ? w : t) + 1;
+    return n;
 }
 
 static size_t favor__npend(const favor_state *st) { return (size_t)st->c[st->heads]; }
@@ -2838,42 +2841,37 @@ static void favor__pend_fold(const favor__map *mp, favor_state *st, size_t g, si
                         favor__stabilized(mp->kernel) && cb.mk[0] != m, pv, dv, np, dv, &cb);
 }
 
-/* one token of key/value head g and its query heads, with np tokens pending;
- * X: 2 d floats, where the key and the first query are projected together (one
- * read of W for both; the query's features land in cb.qf, right after the
- * key's) */
+/* one token of key/value head g and its query heads, with np tokens pending; F,
+ * R: the raw features and log-scales of the head's key and first query */
 static void favor__step_head(const favor__map *mp, favor_state *st, const favor_tensor *q,
-                             const favor_tensor *k, const favor_tensor *v,
-                             const favor_tensor *out, size_t g, size_t np, const favor__chunk *scr,
-                             float *X)
+                             const favor_tensor *v, const favor_tensor *out, size_t g,
+                             size_t np, const favor__chunk *scr, float *F, const float *R)
 {
-    size_t w = st->width, d = st->dim, dv = st->dv, grp = q->heads / st->heads, t;
+    size_t w = st->width, dv = st->dv, grp = q->heads / st->heads, t;
     const float *S = st->s + g * w * dv, *z = st->z + g * w;
     float c = st->c[g], *pv, m, e;
     favor__chunk cb;
     int rising;
     favor__pend_chunk(st, g, scr, &cb, &pv);
-    memcpy(X, k->data + g * k->head_stride, d * sizeof(float));
-    memcpy(X + d, q->data + g * grp * q->head_stride, d * sizeof(float));
-    favor__phi_raw(mp, X, d, 2, cb.qf - w, w, cb.rk); /* rk, rq: consecutive */
-    memcpy(cb.kf + np * w, cb.qf - w, w * sizeof(float));
-    m = cb.mk[np] = favor__s_max(cb.rk[0], np ? cb.mk[np - 1] : c);
-    favor__phi_finish(mp, cb.kf + np * w, w, 1, cb.rk, cb.mk + np);
+    memcpy(cb.kf + np * w, F, w * sizeof(float));
+    m = cb.mk[np] = favor__s_max(R[0], np ? cb.mk[np - 1] : c);
+    favor__phi_finish(mp, cb.kf + np * w, w, 1, R, cb.mk + np);
     memcpy(pv + np * dv, v->data + g * v->head_stride, dv * sizeof(float));
     e = favor__s_exp(c - m);
     rising = favor__stabilized(mp->kernel) && cb.mk[0] != m;
     if (rising) favor__exp_add(cb.g, cb.mk, -m, np); /* exp(m_j - m) */
     for (t = 0; t < grp; ++t) {
         size_t h = g * grp + t;
-        float *o = out->data + h * out->head_stride;
-        if (t) favor__phi_raw(mp, q->data + h * q->head_stride, q->row_stride, 1, cb.qf, w, cb.rq);
-        favor__phi_finish(mp, cb.qf, w, 1, cb.rq, cb.rq);
-        favor__dots(cb.qf, w, cb.kf, w, np + 1, cb.a, NULL);
+        float *o = out->data + h * out->head_stride, *qf = t ? cb.qf : F + w;
+        const float *rq = t ? cb.rq : R + 1;
+        if (t) favor__phi_raw(mp, q->data + h * q->head_stride, q->row_stride, 1, qf, w, cb.rq);
+        favor__phi_finish(mp, qf, w, 1, rq, rq);
+        favor__dots(qf, w, cb.kf, w, np + 1, cb.a, NULL);
         if (rising) favor__vmul(cb.a, cb.g, np);
-        favor__gemm(1, dv, w, cb.qf, w, 1, S, dv, o, dv, 0);
+        favor__gemm(1, dv, w, qf, w, 1, S, dv, o, dv, 0);
         favor__scal(o, e, dv);
         favor__gemm(1, dv, np + 1, cb.a, np + 1, 1, pv, dv, o, dv, 1);
-        favor__divide(mp, o, e * favor__dot(cb.qf, z, w) + favor__sum(cb.a, np + 1), dv);
+        favor__divide(mp, o, e * favor__dot(qf, z, w) + favor__sum(cb.a, np + 1), dv);
     }
 }
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv)
@@ -2884,7 +2882,7 @@ FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_
     if (!favor__mul_ok(w, dv + 1, &n) || !favor__mul_ok(n, 2, &n) || !favor__add_ok(n, 1, &n) ||
         !favor__add_ok(w, dv + 1, &t) || !favor__mul_ok(t, FAVOR__PEND, &t) ||
         !favor__add_ok(n, t, &n) || !favor__mul_ok(n, heads, &n) ||
-        !(t = favor__step_floats(w, f->dim, dv)) || !favor__add_ok(n, t + 1, &n) ||
+        !(t = favor__step_floats(w, f->dim, dv, heads)) || !favor__add_ok(n, t + 1, &n) ||
         n > SIZE_MAX / sizeof(float))
         return 0;
     return n;
@@ -2899,7 +2897,7 @@ FAVOR_API void favor_state_reset(favor_state *st)
     memset(st->comp, 0, st->heads * st->width * (st->dv + 1) * sizeof(float));
     memset(st->pend, 0, st->heads * FAVOR__PEND * (st->width + st->dv + 1) * sizeof(float));
     /* the step's scratch too: every float of the storage defined (see above) */
-    memset(st->scratch, 0, favor__step_floats(st->width, st->dim, st->dv) * sizeof(float));
+    memset(st->scratch, 0, favor__step_floats(st->width, st->dim, st->dv, st->heads) * sizeof(float));
     for (h = 0; h < st->heads; ++h) st->c[h] = -INFINITY;
     st->c[st->heads] = 0.0f; /* nothing pending */
     st->tokens = 0;
@@ -2925,7 +2923,7 @@ FAVOR_API favor_status favor_state_init(favor_state *st, const favor_features *f
     st->z = st->s + heads * w * dv;
     st->c = st->z + heads * w;
     st->scratch = st->c + heads + 1;
-    st->comp = st->scratch + favor__step_floats(w, f->dim, dv);
+    st->comp = st->scratch + favor__step_floats(w, f->dim, dv, heads);
     st->pend = st->comp + heads * w * (dv + 1);
     favor_state_reset(st);
     return FAVOR_OK;
@@ -3034,22 +3032,32 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
     favor__chunk scr;
     favor__map mp;
     favor_status s;
-    size_t g, np;
-    float *x;
+    size_t g, np, w, d, H, grp;
+    float *F, *R, *X;
     if ((s = favor__check_extend(f, st, q, k, v, out, NULL, &sh)) != FAVOR_OK) return s;
     if (sh.n != 1) return FAVOR_E_SHAPE;
     np = favor__npend(st);
-    x = st->scratch;
+    w = st->width;
+    d = st->dim;
+    H = st->heads;
+    grp = q->heads / H;
     memset(&scr, 0, sizeof scr);
-    scr.qf = x + st->width; /* after the key's raw features */
-    scr.a = scr.qf + st->width;
+    F = st->scratch; /* 2 H rows: head g's key, then its first query */
+    R = F + 2 * H * w;
+    scr.qf = R + 2 * H;
+    scr.rq = scr.qf + w;
+    scr.a = scr.rq + 1;
     scr.g = scr.a + FAVOR__PEND;
-    scr.rk = scr.g + FAVOR__PEND;
-    scr.rq = scr.rk + 1;
-    scr.tile = scr.rq + 1;
+    scr.tile = scr.g + FAVOR__PEND;
+    X = scr.tile + (w > FAVOR__FOLD * st->dv ? w : FAVOR__FOLD * st->dv);
     favor__map_make(&mp, f, f->scale);
-    x = scr.tile + (st->width > FAVOR__FOLD * st->dv ? st->width : FAVOR__FOLD * st->dv);
-    for (g = 0; g < st->heads; ++g) favor__step_head(&mp, st, q, k, v, out, g, np, &scr, x);
+    for (g = 0; g < H; ++g) { /* one projection of every key and first query: W read once */
+        memcpy(X + 2 * g * d, k->data + g * k->head_stride, d * sizeof(float));
+        memcpy(X + (2 * g + 1) * d, q->data + g * grp * q->head_stride, d * sizeof(float));
+    }
+    favor__phi_raw(&mp, X, d, 2 * H, F, w, R);
+    for (g = 0; g < H; ++g)
+        favor__step_head(&mp, st, q, v, out, g, np, &scr, F + 2 * g * w, R + 2 * g);
     if (++np == FAVOR__PEND) { /* the block is full: into the compensated sums */
         for (g = 0; g < st->heads; ++g) favor__pend_fold(&mp, st, g, np, &scr);
         np = 0;
