@@ -1864,11 +1864,21 @@ static void check_state_contents(const favor_state *st, int fresh, int want_fini
         if (fresh && st->z[i] != 0.0f) FZ_FAIL("%s: state z[%zu] = %g, not 0", what, i, (double)st->z[i]);
         if (want_finite && !isfinite(st->z[i])) FZ_FAIL("%s: finite inputs but state z[%zu] = %g", what, i, (double)st->z[i]);
     }
-    for (i = 0; i < st->heads; ++i) {
-        if (fresh && st->c[i] != -INFINITY) FZ_FAIL("%s: state c[%zu] = %g, not -inf", what, i, (double)st->c[i]);
-        if (want_finite && !fresh && st->tokens && !isfinite(st->c[i]))
-            FZ_FAIL("%s: finite inputs but state c[%zu] = %g after %llu tokens", what, i, (double)st->c[i],
-                    st->tokens);
+    /* c[heads]: the tokens favor_linear_step holds in the pending block, not yet
+       folded into S and z (a whole number below 16; 0 after an extend) */
+    {
+        float p = st->c[st->heads];
+        if (!(p >= 0.0f && p < 16.0f && p == (float)(size_t)p) || (double)p > (double)st->tokens)
+            FZ_FAIL("%s: pending count %g after %llu tokens", what, (double)p, st->tokens);
+        if (fresh && p != 0.0f) FZ_FAIL("%s: pending count %g, not 0", what, (double)p);
+        for (i = 0; i < st->heads; ++i) {
+            if (fresh && st->c[i] != -INFINITY) FZ_FAIL("%s: state c[%zu] = %g, not -inf", what, i, (double)st->c[i]);
+            if (want_finite && !fresh && (double)st->tokens > (double)p && !isfinite(st->c[i]))
+                FZ_FAIL("%s: finite inputs but state c[%zu] = %g after %llu tokens (%g pending)", what, i,
+                        (double)st->c[i], st->tokens, (double)p);
+        }
+        for (i = 0; want_finite && i < st->heads * 16 * (st->width + st->dv + 1); ++i)
+            if (!isfinite(st->pend[i])) FZ_FAIL("%s: finite inputs but pending[%zu] = %g", what, i, (double)st->pend[i]);
     }
     if (fresh && st->tokens) FZ_FAIL("%s: state tokens = %llu, not 0", what, st->tokens);
 }
