@@ -2,12 +2,14 @@
 # attention method, on a small version of its task (64 positions, 16 keys and
 # values; about 0.2 s per method with AVX2). --check makes favor_train exit
 # non-zero when a loss is not finite or the loss did not fall.
-#   cmake -DFAVOR_TRAIN=path/to/favor_train -P cmake/favor_train_smoke.cmake
+#   cmake -DFAVOR_TRAIN=path/to/favor_train [-DFAVOR_EMULATOR="qemu-i386 ..."] \
+#         -P cmake/favor_train_smoke.cmake
 if(NOT FAVOR_TRAIN)
   message(FATAL_ERROR "favor_train_smoke: pass -DFAVOR_TRAIN=<path of favor_train>")
 endif()
+separate_arguments(emulator UNIX_COMMAND "${FAVOR_EMULATOR}")
 foreach(method softmax elu favor)
-  execute_process(COMMAND ${FAVOR_TRAIN} --method ${method} --steps 100 --seq 64
+  execute_process(COMMAND ${emulator} ${FAVOR_TRAIN} --method ${method} --steps 100 --seq 64
                           --keys 16 --values 16 --features 32 --eval 16 --log 25 --check
                   RESULT_VARIABLE status)
   if(NOT status EQUAL 0)

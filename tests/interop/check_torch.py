@@ -53,6 +53,7 @@ except ImportError as exc:
 
 torch.set_num_threads(1)
 TOOL = None
+PREFIX = []  # an emulator to run TOOL under (qemu-i386 where the kernel cannot exec it)
 FAILURES = []
 
 
@@ -68,7 +69,7 @@ def run(args, max_file_bytes=None):
     def limit():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
-    return subprocess.run([TOOL] + [str(a) for a in args], stdout=subprocess.PIPE,
+    return subprocess.run(PREFIX + [TOOL] + [str(a) for a in args], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, env=env, timeout=60,
                           preexec_fn=limit if max_file_bytes else None)
 
@@ -578,11 +579,12 @@ def failures(work):
 
 
 def main():
-    global TOOL
-    if len(sys.argv) != 2:
-        print("usage: %s path/to/favor_npy" % sys.argv[0])
+    global TOOL, PREFIX
+    if len(sys.argv) < 2:
+        print("usage: %s [emulator [its options]] path/to/favor_npy" % sys.argv[0])
         return 2
-    TOOL = os.path.abspath(sys.argv[1])
+    PREFIX = sys.argv[1:-1]
+    TOOL = os.path.abspath(sys.argv[-1])
     if not os.access(TOOL, os.X_OK):
         print("interop: FAILED: %s is not an executable" % TOOL)
         return 1
