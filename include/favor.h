@@ -805,6 +805,160 @@ static void favor__elu1_array(float *y, const float *x, size_t n)
     for (i = nv; i < n; ++i) y[i] = favor__s_elu1(x[i]);
 }
 
+/* 4.3b 16-bit element types ----------------------------------------------------
+ * IEEE binary16 (fp16) and bfloat16 (bf16, the top half of an fp32) enter the
+ * kernels widened to fp32 and leave them narrowed from fp32, through one
+ * load-and-widen and one narrow-and-store per type and backend. Widening is
+ * exact; narrowing rounds to nearest, ties to even (fp16: overflow to +-inf,
+ * results down to the subnormals, one rounding). NaN stays NaN and comes out
+ * quiet with its payload's top bits, as the x86 (F16C) and AArch64 conversion
+ * instructions do: fp16 -> fp32 sets bit 22 and shifts the payload up 13 bits,
+ * fp32 -> fp16 keeps payload bits 21..13 under the quiet bit 9, and bf16 does
+ * the same at bit 6 / bit 22. Every backend gives the same bits for the same
+ * inputs: the scalar functions below are the definition (exact integer bit
+ * manipulation, no floating-point environment involved), F16C and the NEON
+ * conversions match them, and where a backend lacks an instruction its lanes
+ * go through the scalar functions. */
+static inline float favor__s_from_f16(uint16_t h)
+{
+    favor__su sign = (favor__su)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) /* inf, or NaN made quiet */
+        return favor__s_asfloat(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
+    if (e) return favor__s_asfloat(sign | ((e + 112u) << 23) | (m << 13));
+    if (!m) return favor__s_asfloat(sign);
+    e = 113u; /* a subnormal m * 2^-24: normalize */
+    while (!(m & 0x400u)) {
+        m <<= 1;
+        --e;
+    }
+    return favor__s_asfloat(sign | (e << 23) | ((m & 0x3ffu) << 13));
+}
+static inline uint16_t favor__s_to_f16(float x)
+{
+    favor__su u = favor__s_asint(x), a = u & 0x7fffffffu, q, e, m, sh, rem, half;
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x1ffu));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: inf */
+    if (a >= 0x38800000u) { /* a normal fp16: rebias, round the 13 dropped bits */
+        q = a - 0x38000000u;
+        q += 0xfffu + ((q >> 13) & 1u);
+        return (uint16_t)(sign | (q >> 13));
+    }
+    e = a >> 23; /* below 2^-14: an fp16 subnormal, round(|x| / 2^-24) */
+    if (e < 102u) return sign; /* |x| < 2^-25 (fp32 subnormals included): 0 */
+    m = (a & 0x7fffffu) | 0x800000u;
+    sh = 126u - e; /* 14..24 */
+    q = m >> sh;
+    rem = m & ((1u << sh) - 1u);
+    half = 1u << (sh - 1u);
+    if (rem > half || (rem == half && (q & 1u))) ++q; /* may carry into 2^-14 */
+    return (uint16_t)(sign | q);
+}
+static inline float favor__s_from_bf16(uint16_t h)
+{
+    favor__su u = (favor__su)h << 16;
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x400000u;
+    return favor__s_asfloat(u);
+}
+static inline uint16_t favor__s_to_bf16(float x)
+{
+    favor__su u = favor__s_asint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* favor__v_load_f16(p) / favor__v_store_f16(p, x), and _bf16: FAVOR__W lanes
+ * of 16-bit storage at p (any alignment) as one vector. */
+#if FAVOR_SIMD == FAVOR_AVX2
+#ifdef __F16C__
+#define favor__v_load_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define favor__v_store_f16(p, x)                                                           \
+    _mm_storeu_si128((__m128i *)(void *)(p),                                               \
+                     _mm256_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+#else
+/* AVX2 without F16C (-mavx2 -mfma alone): the lanes go through the scalar
+ * conversion; -mf16c or -march=native gives the instructions. */
+static inline favor__vf favor__v_load_f16(const uint16_t *p)
+{
+    float t[8];
+    int i;
+    for (i = 0; i < 8; ++i) t[i] = favor__s_from_f16(p[i]);
+    return _mm256_loadu_ps(t);
+}
+static inline void favor__v_store_f16(uint16_t *p, favor__vf x)
+{
+    float t[8];
+    int i;
+    _mm256_storeu_ps(t, x);
+    for (i = 0; i < 8; ++i) p[i] = favor__s_to_f16(t[i]);
+}
+#endif
+static inline favor__vf favor__v_load_bf16(const uint16_t *p)
+{
+    __m256i u = _mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)), 16);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    return _mm256_castsi256_ps(
+        _mm256_or_si256(u, _mm256_and_si256(nan, _mm256_set1_epi32(0x400000))));
+}
+static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
+{
+    __m256i u = _mm256_castps_si256(x), hi = _mm256_srli_epi32(u, 16);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                                             _mm256_and_si256(hi, _mm256_set1_epi32(1)))),
+        16);
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* 8 x u16, low half */
+    _mm_storeu_si128((__m128i *)(void *)p, _mm256_castsi256_si128(r));
+}
+#elif FAVOR_SIMD == FAVOR_NEON
+#define favor__v_load_f16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)))
+#define favor__v_store_f16(p, x) vst1_u16((p), vreinterpret_u16_f16(vcvt_f16_f32(x)))
+static inline favor__vf favor__v_load_bf16(const uint16_t *p)
+{
+    uint32x4_t u = vshll_n_u16(vld1_u16(p), 16);
+    uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+    return vreinterpretq_f32_u32(vorrq_u32(u, vandq_u32(nan, vdupq_n_u32(0x400000u))));
+}
+static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
+{
+    uint32x4_t u = vreinterpretq_u32_f32(x), hi = vshrq_n_u32(u, 16);
+    uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+    uint32x4_t r = vshrq_n_u32(
+        vaddq_u32(u, vaddq_u32(vdupq_n_u32(0x7fffu), vandq_u32(hi, vdupq_n_u32(1u)))), 16);
+    r = vbslq_u32(nan, vorrq_u32(hi, vdupq_n_u32(0x40u)), r);
+    vst1_u16(p, vmovn_u32(r));
+}
+#else
+#define favor__v_load_f16(p) favor__s_from_f16(*(p))
+#define favor__v_store_f16(p, x) (*(p) = favor__s_to_f16(x))
+#define favor__v_load_bf16(p) favor__s_from_bf16(*(p))
+#define favor__v_store_bf16(p, x) (*(p) = favor__s_to_bf16(x))
+#endif
+
+/* Array forms: favor__widen_T(y, x, n) sets y[i] = widen(x[i]) and
+ * favor__narrow_T(y, x, n) sets y[i] = narrow(x[i]), for i < n; one definition
+ * for both types. */
+#define FAVOR__DEFINE_CONVERT(T)                                                     \
+    static inline void favor__widen_##T(float *y, const uint16_t *x, size_t n)       \
+    {                                                                                \
+        size_t i, nv = n - n % FAVOR__W;                                             \
+        for (i = 0; i < nv; i += FAVOR__W) favor__v_store(y + i, favor__v_load_##T(x + i)); \
+        for (i = nv; i < n; ++i) y[i] = favor__s_from_##T(x[i]);                     \
+    }                                                                                \
+    static inline void favor__narrow_##T(uint16_t *y, const float *x, size_t n)      \
+    {                                                                                \
+        size_t i, nv = n - n % FAVOR__W;                                             \
+        for (i = 0; i < nv; i += FAVOR__W) favor__v_store_##T(y + i, favor__v_load(x + i)); \
+        for (i = nv; i < n; ++i) y[i] = favor__s_to_##T(x[i]);                       \
+    }
+FAVOR__DEFINE_CONVERT(f16)
+FAVOR__DEFINE_CONVERT(bf16)
+
 /* 4.4 Small vector kernels --------------------------------------------------- */
 static float favor__dot(const float *a, const float *b, size_t n)
 {

@@ -42,7 +42,7 @@ job_pedantic() {
     printf '#define FAVOR_IMPLEMENTATION\n#include "favor.h"\n' > "$out/impl.c"
     for cc in gcc clang; do
         for std in c99 c11; do
-            for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma" "-DFAVOR_STATIC -mavx2 -mfma"; do
+            for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma" "-DFAVOR_STATIC -mavx2 -mfma -mf16c"; do
                 echo "== $cc -std=$std -pedantic -Werror -Wall -Wextra $backend"
                 # shellcheck disable=SC2086
                 $cc -std=$std -pedantic -Werror -Wall -Wextra -Wshadow -Wstrict-prototypes \
