@@ -316,7 +316,9 @@ int main(int argc, char **argv)
         double spread = 2.0 * a.qk_scale * a.qk_scale * sqrt((double)a.d);
         printf("\nFAVOR+ is unbiased; its relative variance per score is about\n"
                "(exp(|q'+k'|^2) - 1) / m, with |q'+k'|^2 ~ 2 X^2 sqrt(d) = %.1f here (X = --qk-scale).\n"
-               "Smaller logits are its accurate range; larger ones need more features.\n",
+               "Smaller logits are its accurate range; larger ones need more features:\n"
+               "README.md, \"Choosing a feature map and m\", has measured errors against m\n"
+               "(bench/favor_accuracy).\n",
                spread);
     }
 

@@ -1,0 +1,407 @@
+/* favor_accuracy: how far each feature map's attention is from exact softmax
+ * attention, measured, for choosing a kernel and a feature count m.
+ *
+ * For every head size d, input scale r, feature map and m, and for each of
+ * --seeds independent trials (new inputs, new W):
+ *   - Q and K have n rows each, random directions with |x'| = r exactly, where
+ *     x' = s^(1/2) x and s = 1/sqrt(d) (so the logits s q.k = q'.k' lie in
+ *     [-r^2, r^2]; for random directions their spread is about r^2/sqrt(d), and
+ *     the program prints the measured standard deviation and largest |logit|);
+ *     V is N(0, 1), n x d.
+ *   - The exact attention A = softmax(s Q K^T) and O = A V, in double.
+ *   - The map's attention: phi(Q) and phi(K) from favor_feature_map (query and
+ *     key roles, fp32), then, in double, A' = rows of phi(Q) phi(K)^T divided by
+ *     their sums, and O' = A' V. The stabilizers cancel in that ratio, so this is
+ *     the attention favor_linear_attention computes, without its fp32 rounding
+ *     (which the unit tests bound separately, 1e-4 relative).
+ *   - Errors: |A' - A|_F / |A|_F and |O' - O|_F / |O|_F.
+ * It prints, per (d, r), the mean output error over the trials for every map and
+ * m (and the spread, min..max, in the CSV), and writes every figure as CSV.
+ *
+ * --check runs a small configuration and exits 1 unless FAVOR+'s mean output
+ * error falls from the smallest to the largest m it ran (a statement about the
+ * estimator that could fail, not a time); ctest runs it as accuracy_check.
+ *
+ * Usage: favor_accuracy [--d LIST] [--m LIST] [--r LIST] [--n N] [--seeds S]
+ *                       [--kernels LIST] [--csv FILE] [--check] */
+#define FAVOR_IMPLEMENTATION
+#include "favor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXL 16
+
+typedef struct {
+    size_t v[MAXL];
+    size_t n;
+} sizes;
+
+typedef struct {
+    double v[MAXL];
+    size_t n;
+} reals;
+
+typedef struct {
+    const char *name;
+    favor_kernel kernel;
+} kernel_name;
+
+static const kernel_name KERNELS[] = {
+    {"positive", FAVOR_POSITIVE}, {"hyperbolic", FAVOR_HYPERBOLIC}, {"trig", FAVOR_TRIG},
+    {"relu", FAVOR_RELU},         {"elu", FAVOR_ELU1},
+};
+#define NKERNELS (sizeof KERNELS / sizeof KERNELS[0])
+
+/* splitmix64 and Box-Muller: the trial inputs */
+typedef struct { unsigned long long s; } rng;
+
+static unsigned long long next_u64(rng *g)
+{
+    unsigned long long z = (g->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double normal(rng *g)
+{
+    double u1 = ((double)(next_u64(g) >> 11) + 0.5) * 0x1p-53;
+    double u2 = (double)(next_u64(g) >> 11) * 0x1p-53;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "favor_accuracy: out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* rows of norm `norm` in random directions */
+static void directions(rng *g, float *x, size_t n, size_t d, double norm)
+{
+    size_t i, c;
+    for (i = 0; i < n; ++i) {
+        double ss = 0.0, t[1024];
+        for (c = 0; c < d; ++c) {
+            t[c] = normal(g);
+            ss += t[c] * t[c];
+        }
+        for (c = 0; c < d; ++c) x[i * d + c] = (float)(t[c] * norm / sqrt(ss));
+    }
+}
+
+/* out (n x dv) = rows of P (n x nk, unnormalized, >= 0 or not) normalized, times V;
+ * the normalized P is left in P */
+static void normalize_times(double *P, size_t n, size_t nk, const float *V, size_t dv, double *out)
+{
+    size_t i, j, c;
+    for (i = 0; i < n; ++i) {
+        double sum = 0.0, *p = P + i * nk;
+        for (j = 0; j < nk; ++j) sum += p[j];
+        for (j = 0; j < nk; ++j) p[j] /= sum;
+        for (c = 0; c < dv; ++c) out[i * dv + c] = 0.0;
+        for (j = 0; j < nk; ++j)
+            for (c = 0; c < dv; ++c) out[i * dv + c] += p[j] * V[j * dv + c];
+    }
+}
+
+static double rel_frobenius(const double *a, const double *ref, size_t count)
+{
+    double num = 0.0, den = 0.0;
+    size_t i;
+    for (i = 0; i < count; ++i) {
+        num += (a[i] - ref[i]) * (a[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
+typedef struct {
+    size_t n, d;
+    float *q, *k, *v;
+    double *A, *O;          /* exact */
+    double logit_std, logit_max;
+} trial;
+
+static void trial_make(trial *t, size_t n, size_t d, double r, unsigned long long seed)
+{
+    rng g;
+    size_t i, j, c;
+    double s = 1.0 / sqrt((double)d), sum = 0.0, sum2 = 0.0;
+    g.s = seed * 0x2545f4914f6cdd1dull + d * 131 + (unsigned long long)(r * 1000.0);
+    t->n = n;
+    t->d = d;
+    t->q = (float *)xmalloc(n * d * sizeof(float));
+    t->k = (float *)xmalloc(n * d * sizeof(float));
+    t->v = (float *)xmalloc(n * d * sizeof(float));
+    t->A = (double *)xmalloc(n * n * sizeof(double));
+    t->O = (double *)xmalloc(n * d * sizeof(double));
+    directions(&g, t->q, n, d, r / sqrt(s));
+    directions(&g, t->k, n, d, r / sqrt(s));
+    for (i = 0; i < n * d; ++i) t->v[i] = (float)normal(&g);
+    t->logit_max = 0.0;
+    for (i = 0; i < n; ++i) {
+        double mx = -INFINITY, *a = t->A + i * n;
+        for (j = 0; j < n; ++j) {
+            double dot = 0.0;
+            for (c = 0; c < d; ++c) dot += (double)t->q[i * d + c] * t->k[j * d + c];
+            a[j] = s * dot;
+            sum += a[j];
+            sum2 += a[j] * a[j];
+            if (fabs(a[j]) > t->logit_max) t->logit_max = fabs(a[j]);
+            if (a[j] > mx) mx = a[j];
+        }
+        for (j = 0; j < n; ++j) a[j] = exp(a[j] - mx);
+    }
+    t->logit_std = sqrt(sum2 / (double)(n * n) - (sum / (double)(n * n)) * (sum / (double)(n * n)));
+    normalize_times(t->A, n, n, t->v, d, t->O);
+}
+
+static void trial_free(trial *t)
+{
+    free(t->q);
+    free(t->k);
+    free(t->v);
+    free(t->A);
+    free(t->O);
+}
+
+/* the map's errors on a trial: attention matrix and output; 0 on success */
+static int map_errors(const trial *t, favor_kernel kernel, size_t m, unsigned long long seed,
+                      double *err_attn, double *err_out)
+{
+    size_t n = t->n, d = t->d, w, i, j, c;
+    favor_features f;
+    float *storage = NULL, *pq, *pk;
+    double *P, *O;
+    favor_tensor tq, tk, fq, fk;
+    favor_status st;
+    if (kernel == FAVOR_ELU1) m = d;
+    if (kernel != FAVOR_ELU1) storage = (float *)xmalloc(favor_features_floats(kernel, d, m) * sizeof(float));
+    st = favor_features_init(&f, kernel, d, kernel == FAVOR_ELU1 ? 0 : m, 0, seed, storage);
+    if (st != FAVOR_OK) {
+        fprintf(stderr, "favor_accuracy: features_init: %s\n", favor_status_string(st));
+        free(storage);
+        return 1;
+    }
+    w = favor_features_width(&f);
+    pq = (float *)xmalloc(n * w * sizeof(float));
+    pk = (float *)xmalloc(n * w * sizeof(float));
+    tq = favor_tensor_packed(t->q, 1, n, d);
+    tk = favor_tensor_packed(t->k, 1, n, d);
+    fq = favor_tensor_packed(pq, 1, n, w);
+    fk = favor_tensor_packed(pk, 1, n, w);
+    st = favor_feature_map(&f, &tq, &fq, FAVOR_QUERY);
+    if (st == FAVOR_OK) st = favor_feature_map(&f, &tk, &fk, FAVOR_KEY);
+    if (st != FAVOR_OK) {
+        fprintf(stderr, "favor_accuracy: feature_map: %s\n", favor_status_string(st));
+        free(storage);
+        free(pq);
+        free(pk);
+        return 1;
+    }
+    P = (double *)xmalloc(n * n * sizeof(double));
+    O = (double *)xmalloc(n * d * sizeof(double));
+    for (i = 0; i < n; ++i)
+        for (j = 0; j < n; ++j) {
+            double dot = 0.0;
+            for (c = 0; c < w; ++c) dot += (double)pq[i * w + c] * pk[j * w + c];
+            P[i * n + j] = dot;
+        }
+    normalize_times(P, n, n, t->v, d, O);
+    *err_attn = rel_frobenius(P, t->A, n * n);
+    *err_out = rel_frobenius(O, t->O, n * d);
+    free(storage);
+    free(pq);
+    free(pk);
+    free(P);
+    free(O);
+    return 0;
+}
+
+static int parse_sizes(const char *s, sizes *out)
+{
+    char *end;
+    out->n = 0;
+    while (*s && out->n < MAXL) {
+        unsigned long v = strtoul(s, &end, 10);
+        if (end == s || v == 0) return 1;
+        out->v[out->n++] = v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return 1;
+    }
+    return out->n == 0;
+}
+
+static int parse_reals(const char *s, reals *out)
+{
+    char *end;
+    out->n = 0;
+    while (*s && out->n < MAXL) {
+        double v = strtod(s, &end);
+        if (end == s || !(v > 0.0)) return 1;
+        out->v[out->n++] = v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return 1;
+    }
+    return out->n == 0;
+}
+
+static void usage(FILE *to)
+{
+    fprintf(to,
+            "usage: favor_accuracy [options]\n"
+            "  --d LIST        head sizes                       default: 32,64,128\n"
+            "  --m LIST        feature counts (rows of W)       default: 16,32,...,1024\n"
+            "  --r LIST        |q'| = |k'| (input scales)       default: 0.5,1,1.5,2,3\n"
+            "  --n N           query and key rows per trial     default: 256\n"
+            "  --seeds S       trials per configuration         default: 5\n"
+            "  --kernels LIST  positive,hyperbolic,trig,relu,elu (default: all)\n"
+            "  --csv FILE      write every figure as CSV\n"
+            "  --check         a small run that fails unless FAVOR+'s error falls with m\n");
+}
+
+int main(int argc, char **argv)
+{
+    sizes ds = {{32, 64, 128}, 3}, ms = {{16, 32, 64, 128, 256, 512, 1024}, 7};
+    reals rs = {{0.5, 1.0, 1.5, 2.0, 3.0}, 5};
+    size_t n = 256, seeds = 5, di, ri, mi, ki, si;
+    int use[NKERNELS], check = 0, a;
+    const char *csv_path = NULL;
+    FILE *csv = NULL;
+    double first_pos = -1.0, last_pos = -1.0;
+    for (ki = 0; ki < NKERNELS; ++ki) use[ki] = 1;
+    for (a = 1; a < argc; ++a) {
+        const char *o = argv[a], *val = a + 1 < argc ? argv[a + 1] : NULL;
+        int bad = 0;
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(o, "--check") == 0) {
+            check = 1;
+            ds.n = 1;
+            ds.v[0] = 32;
+            ms.n = 3;
+            ms.v[0] = 16;
+            ms.v[1] = 64;
+            ms.v[2] = 256;
+            rs.n = 1;
+            rs.v[0] = 1.0;
+            n = 128;
+            seeds = 3;
+            continue;
+        } else if (!val) {
+            bad = 1;
+        } else if (strcmp(o, "--d") == 0) {
+            bad = parse_sizes(val, &ds);
+        } else if (strcmp(o, "--m") == 0) {
+            bad = parse_sizes(val, &ms);
+        } else if (strcmp(o, "--r") == 0) {
+            bad = parse_reals(val, &rs);
+        } else if (strcmp(o, "--n") == 0) {
+            bad = !(n = strtoul(val, NULL, 10));
+        } else if (strcmp(o, "--seeds") == 0) {
+            bad = !(seeds = strtoul(val, NULL, 10));
+        } else if (strcmp(o, "--csv") == 0) {
+            csv_path = val;
+        } else if (strcmp(o, "--kernels") == 0) {
+            for (ki = 0; ki < NKERNELS; ++ki) use[ki] = strstr(val, KERNELS[ki].name) != NULL;
+        } else {
+            bad = 1;
+        }
+        if (bad) {
+            fprintf(stderr, "favor_accuracy: bad option %s%s%s\n", o, val ? " " : "", val ? val : "");
+            usage(stderr);
+            return 2;
+        }
+        ++a;
+    }
+    for (di = 0; di < ds.n; ++di)
+        if (ds.v[di] > 1024) {
+            fprintf(stderr, "favor_accuracy: d must be at most 1024\n");
+            return 2;
+        }
+    if (csv_path && !(csv = fopen(csv_path, "w"))) {
+        fprintf(stderr, "favor_accuracy: cannot write %s\n", csv_path);
+        return 1;
+    }
+    if (csv)
+        fprintf(csv, "kernel,d,r,m,width,n,seeds,logit_std,logit_maxabs,err_out_mean,err_out_min,"
+                     "err_out_max,err_attn_mean,err_attn_min,err_attn_max\n");
+    printf("favor_accuracy: relative Frobenius error of the output against exact softmax\n"
+           "attention (mean over %zu trials; n = %zu queries and keys, V ~ N(0,1)), %s backend\n",
+           seeds, n, favor_backend());
+    for (di = 0; di < ds.n; ++di)
+        for (ri = 0; ri < rs.n; ++ri) {
+            size_t d = ds.v[di];
+            double r = rs.v[ri], lstd = 0.0, lmax = 0.0;
+            trial *tr = (trial *)xmalloc(seeds * sizeof(trial));
+            for (si = 0; si < seeds; ++si) {
+                trial_make(&tr[si], n, d, r, si + 1);
+                lstd += tr[si].logit_std / (double)seeds;
+                if (tr[si].logit_max > lmax) lmax = tr[si].logit_max;
+            }
+            printf("\nd = %zu, |q'| = |k'| = %g: logits s q.k have std %.3f, max |.| %.2f\n", d, r,
+                   lstd, lmax);
+            printf("%-11s", "m:");
+            for (mi = 0; mi < ms.n; ++mi) printf(" %9zu", ms.v[mi]);
+            printf("\n");
+            for (ki = 0; ki < NKERNELS; ++ki) {
+                if (!use[ki]) continue;
+                printf("%-11s", KERNELS[ki].name);
+                for (mi = 0; mi < ms.n; ++mi) {
+                    size_t m = KERNELS[ki].kernel == FAVOR_ELU1 ? d : ms.v[mi];
+                    double eo[64], ea[64], mo = 0.0, ma = 0.0, lo = INFINITY, hi = 0.0,
+                                             alo = INFINITY, ahi = 0.0;
+                    size_t width = KERNELS[ki].kernel == FAVOR_HYPERBOLIC ||
+                                           KERNELS[ki].kernel == FAVOR_TRIG
+                                       ? 2 * m
+                                       : m;
+                    if (KERNELS[ki].kernel == FAVOR_ELU1 && mi > 0) { /* no m: once */
+                        printf(" %9s", "");
+                        continue;
+                    }
+                    for (si = 0; si < seeds && si < 64; ++si) {
+                        if (map_errors(&tr[si], KERNELS[ki].kernel, m, 1000 + si, &ea[si], &eo[si]))
+                            return 1;
+                        mo += eo[si];
+                        ma += ea[si];
+                        if (eo[si] < lo) lo = eo[si];
+                        if (eo[si] > hi) hi = eo[si];
+                        if (ea[si] < alo) alo = ea[si];
+                        if (ea[si] > ahi) ahi = ea[si];
+                    }
+                    mo /= (double)si;
+                    ma /= (double)si;
+                    printf(" %9.4f", mo);
+                    fflush(stdout);
+                    if (csv)
+                        fprintf(csv, "%s,%zu,%g,%zu,%zu,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
+                                KERNELS[ki].name, d, r, KERNELS[ki].kernel == FAVOR_ELU1 ? 0 : m,
+                                width, n, si, lstd, lmax, mo, lo, hi, ma, alo, ahi);
+                    if (KERNELS[ki].kernel == FAVOR_POSITIVE) {
+                        if (mi == 0) first_pos = mo;
+                        last_pos = mo;
+                    }
+                }
+                printf("\n");
+            }
+            for (si = 0; si < seeds; ++si) trial_free(&tr[si]);
+            free(tr);
+        }
+    if (csv) fclose(csv);
+    if (check) {
+        int ok = use[0] && last_pos < first_pos;
+        printf("\ncheck: FAVOR+ mean output error %.4f at m = %zu, %.4f at m = %zu: %s\n", first_pos,
+               ms.v[0], last_pos, ms.v[ms.n - 1], ok ? "falls with m" : "FAILED: does not fall");
+        return ok ? 0 : 1;
+    }
+    return 0;
+}
