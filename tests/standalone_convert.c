@@ -210,44 +210,63 @@ static size_t check_narrow(int t, const float *x, size_t n, uint16_t *y)
     return bad;
 }
 
+/* Values to narrow, checked BLOCK at a time (a vector body and a tail per call). */
+typedef struct {
+    int t;
+    float x[BLOCK];
+    uint16_t y[BLOCK];
+    size_t n, points, bad;
+} batch;
+
+static void batch_add(batch *b, float v)
+{
+    b->x[b->n++] = v;
+    if (b->n == BLOCK) {
+        b->bad += check_narrow(b->t, b->x, b->n, b->y);
+        b->points += b->n;
+        b->n = 0;
+    }
+}
+
+static void batch_end(batch *b, const char *what)
+{
+    b->bad += check_narrow(b->t, b->x, b->n, b->y);
+    b->points += b->n;
+    b->n = 0;
+    printf("%s: %zu %s narrowed, %zu wrong\n", name_of(b->t), b->points, what, b->bad);
+}
+
+static batch *batch_new(int t)
+{
+    batch *b = (batch *)calloc(1, sizeof *b);
+    assert_non_null(b);
+    b->t = t;
+    return b;
+}
+
 static void test_narrow_sweep(void **state)
 {
     int t;
-    float *x = (float *)malloc(BLOCK * sizeof *x);
-    uint16_t *y = (uint16_t *)malloc(BLOCK * sizeof *y);
     (void)state;
-    assert_non_null(x);
-    assert_non_null(y);
     for (t = 0; t < 2; ++t) {
+        batch *b = batch_new(t);
         uint64_t p;
-        size_t n = 0, bad = 0, points = 0;
-        for (p = 0; p <= 0xffffffffull; p += SWEEP_STRIDE) {
-            x[n++] = float_of((uint32_t)p);
-            if (n == BLOCK) {
-                bad += check_narrow(t, x, n, y);
-                points += n;
-                n = 0;
-            }
-        }
-        bad += check_narrow(t, x, n, y);
-        points += n;
-        printf("%s: %zu fp32 patterns narrowed, %zu wrong\n", name_of(t), points, bad);
+        size_t bad;
+        for (p = 0; p <= 0xffffffffull; p += SWEEP_STRIDE) batch_add(b, float_of((uint32_t)p));
+        batch_end(b, "fp32 patterns");
+        bad = b->bad;
+        free(b);
         assert_int_equal(bad, 0);
     }
-    free(x);
-    free(y);
 }
 
 static void test_narrow_halfway(void **state)
 {
     int t;
-    float *x = (float *)malloc(BLOCK * sizeof *x);
-    uint16_t *y = (uint16_t *)malloc(BLOCK * sizeof *y);
     (void)state;
-    assert_non_null(x);
-    assert_non_null(y);
     for (t = 0; t < 2; ++t) {
-        size_t n = 0, bad = 0, points = 0;
+        batch *b = batch_new(t);
+        size_t bad;
         uint16_t i;
         for (i = 0; i < g_count[t]; ++i) { /* i and i + 1 (the last: with 2^16 or 2^128) */
             double mid = 0.5 * (g_table[t][i] + g_table[t][i + 1]);
@@ -258,21 +277,14 @@ static void test_narrow_halfway(void **state)
                 s = k < 3 ? m : -m;
                 if (k % 3 == 0) s = nextafterf(s, 0.0f);
                 if (k % 3 == 2) s = nextafterf(s, s > 0 ? INFINITY : -INFINITY);
-                x[n++] = s;
-                if (n == BLOCK) {
-                    bad += check_narrow(t, x, n, y);
-                    points += n;
-                    n = 0;
-                }
+                batch_add(b, s);
             }
         }
-        bad += check_narrow(t, x, n, y);
-        points += n;
-        printf("%s: %zu halfway cases and neighbours narrowed, %zu wrong\n", name_of(t), points, bad);
+        batch_end(b, "halfway cases and neighbours");
+        bad = b->bad;
+        free(b);
         assert_int_equal(bad, 0);
     }
-    free(x);
-    free(y);
 }
 
 static void test_narrow_directed(void **state)
