@@ -1805,15 +1805,15 @@ static double decode_check(const favor_tensor *q, const favor_tensor *k, const f
     for (h = 0; h < v->heads; ++h)
         for (j = 0; j < nk; ++j)
             for (c = 0; c < dv; ++c) {
-                double a = fabs((double)v->data[h * v->head_stride + j * v->row_stride + c]);
+                double a = fabs((double)((float *)v->data)[h * v->head_stride + j * v->row_stride + c]);
                 if (a > vmax) vmax = a;
             }
     for (h = 0; h < q->heads; ++h) {
-        const float *kh = k->data + (h / grp) * k->head_stride;
-        const float *vh = v->data + (h / grp) * v->head_stride;
+        const float *kh = (float *)k->data + (h / grp) * k->head_stride;
+        const float *vh = (float *)v->data + (h / grp) * v->head_stride;
         for (i = 0; i < n; ++i) {
-            const float *qi = q->data + h * q->head_stride + i * q->row_stride;
-            const float *oi = o->data + h * o->head_stride + i * o->row_stride;
+            const float *qi = (float *)q->data + h * q->head_stride + i * q->row_stride;
+            const float *oi = (float *)o->data + h * o->head_stride + i * o->row_stride;
             size_t vis = i + nk - n + 1;
             double mx = -HUGE_VAL, den = 0;
             for (j = 0; j < vis; ++j) {

@@ -374,7 +374,7 @@ static void read_npy(const char *path, npy_array *a)
                 uint32_t u = (uint32_t)get_le(buf + 4 * i, 4);
                 float x;
                 memcpy(&x, &u, 4);
-                a->data[first + i] = x;
+                ((float *)a->data)[first + i] = x;
             } else {
                 uint64_t u = get_le(buf + 8 * i, 8);
                 double x;
@@ -383,7 +383,7 @@ static void read_npy(const char *path, npy_array *a)
                     if (x - x == 0.0)
                         data_error("%s: element %zu (%g) is outside the range of float32",
                                    path, first + i, x);
-                a->data[first + i] = (float)x;
+                ((float *)a->data)[first + i] = (float)x;
             }
         }
         done += n;
@@ -805,8 +805,8 @@ int main(int argc, char **argv)
              * derived from them. */
             for (i = 0; i < c.features; ++i)
                 for (j = 0; j < d; ++j) {
-                    f.w[i * d + j] = w.data[i * d + j];
-                    f.wt[j * c.features + i] = w.data[i * d + j];
+                    f.w[i * d + j] = ((float *)w.data)[i * d + j];
+                    f.wt[j * c.features + i] = ((float *)w.data)[i * d + j];
                 }
             free(w.data);
         }

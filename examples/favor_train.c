@@ -258,6 +258,7 @@ static favor_tensor heads_view(const model *M, float *buf, size_t b)
     t.cols = M->c.dmodel / M->c.heads;
     t.head_stride = t.cols;
     t.row_stride = M->c.dmodel;
+    t.dtype = FAVOR_F32;
     t.data = buf + b * M->c.n * M->c.dmodel;
     return t;
 }

@@ -17,7 +17,7 @@ int main(void)
     opt.flags = FAVOR_CAUSAL;                                                  /* or 0 */
     if (st == FAVOR_OK) st = favor_linear_attention(&f, &q, &k, &v, &o, &opt); /* O(n)   */
     if (st == FAVOR_OK) st = favor_softmax_attention(&q, &k, &v, &o, &opt);    /* O(n^2) */
-    printf("%s, o[0][0][0] = %f\n", favor_status_string(st), o.data[0]);
+    printf("%s, o[0][0][0] = %f\n", favor_status_string(st), ((float *)o.data)[0]);
     free(x);
     free(w);
     return st != FAVOR_OK;

@@ -221,17 +221,34 @@ FAVOR_API const char *favor_status_string(favor_status status);
 /* The backend compiled in: "avx2", "neon" or "scalar" (a static string). O(1). */
 FAVOR_API const char *favor_backend(void);
 
-/* A strided fp32 view [heads][rows][cols]; see TENSORS above. */
+/* Element types of a tensor (see ELEMENT TYPES above). */
+typedef enum {
+    FAVOR_F32 = 0, /* float                                                   */
+    FAVOR_F16,     /* IEEE binary16, stored as a uint16_t (or _Float16)       */
+    FAVOR_BF16     /* bfloat16: the top 16 bits of a float, as a uint16_t     */
+} favor_dtype;
+
+/* A strided view [heads][rows][cols] of elements of type dtype; see TENSORS
+ * above. A zero-initialized dtype is FAVOR_F32. */
 typedef struct {
-    float *data;
+    void *data;
     size_t heads, rows, cols;
-    size_t head_stride, row_stride; /* in floats */
+    size_t head_stride, row_stride; /* in elements */
+    favor_dtype dtype;
 } favor_tensor;
 
-/* A packed view: head_stride = rows*cols, row_stride = cols. O(1), no checks
- * (the calls that take the view validate it). */
+/* A packed fp32 view: head_stride = rows*cols, row_stride = cols. O(1), no
+ * checks (the calls that take the view validate it). */
 FAVOR_API favor_tensor favor_tensor_packed(float *data, size_t heads, size_t rows,
                                            size_t cols);
+
+/* The same for elements of any type (data: floats for FAVOR_F32, 16-bit
+ * elements otherwise). O(1), no checks. */
+FAVOR_API favor_tensor favor_tensor_packed_as(favor_dtype dtype, void *data, size_t heads,
+                                              size_t rows, size_t cols);
+
+/* Bytes of one element of dtype (4 or 2); 0 for a value outside the enum. O(1). */
+FAVOR_API size_t favor_dtype_size(favor_dtype dtype);
 
 /* Flags of favor_options.flags. */
 #define FAVOR_CAUSAL 1u
@@ -316,9 +333,14 @@ FAVOR_API favor_status favor_features_redraw(favor_features *f, unsigned long lo
 FAVOR_API size_t favor_features_width(const favor_features *f);
 
 /* phi = phi(x) for every row of x ([heads][rows][d] -> [heads][rows][width]),
- * with the stabilizer of `role`. O(rows*m*d) per head, no workspace. Errors:
- * FAVOR_E_NULL, FAVOR_E_SHAPE (x.cols != d, phi.cols != width, heads or rows
- * differ), FAVOR_E_OVERFLOW, FAVOR_E_ALIAS (phi overlaps x or W), FAVOR_E_ARG. */
+ * with the stabilizer of `role`. O(rows*m*d) per head, no workspace: rows of a
+ * 16-bit x or phi pass through fp32 buffers on the stack (8 KiB), or, when one
+ * row of them needs more than 2048 floats (d for x, width for phi), a buffer
+ * allocated with FAVOR_MALLOC (FAVOR_E_NOMEM; FAVOR_E_WORKSPACE under
+ * FAVOR_NO_MALLOC). A 16-bit phi with FAVOR_KEY computes the map twice (the
+ * head's stabilizer first). Errors: FAVOR_E_NULL, FAVOR_E_SHAPE (x.cols != d,
+ * phi.cols != width, heads or rows differ), FAVOR_E_OVERFLOW, FAVOR_E_ALIAS
+ * (phi overlaps x or W), FAVOR_E_ARG. */
 FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_tensor *x,
                                          const favor_tensor *phi, favor_role role);
 
@@ -1270,27 +1292,27 @@ static void favor__gemm_tri(size_t M, size_t N, int upper, const float *A, size_
     favor__gemm_stair(M, N, M, upper, upper ? 0 : 1, A, lda, csa, B, ldb, C, ldc);
 }
 
-/* Ask for `rows` rows of `cols` floats (stride ld) to be brought into cache: the
- * next chunk's inputs, fetched while this chunk computes. A hint only. */
-static void favor__prefetch(const float *p, size_t rows, size_t ld, size_t cols)
+/* Ask for `rows` rows of `bytes` bytes (stride ld bytes) to be brought into
+ * cache: the next chunk's inputs, fetched while this chunk computes. A hint. */
+static void favor__prefetch(const void *p, size_t rows, size_t ld, size_t bytes)
 {
 #if defined(__GNUC__) || defined(__clang__)
     size_t r, c;
     for (r = 0; r < rows; ++r)
-        for (c = 0; c < cols; c += 64 / sizeof(float)) __builtin_prefetch(p + r * ld + c, 0, 3);
+        for (c = 0; c < bytes; c += 64) __builtin_prefetch((const char *)p + r * ld + c, 0, 3);
 #else
     (void)p;
     (void)rows;
     (void)ld;
-    (void)cols;
+    (void)bytes;
 #endif
 }
 
 /* Rows to prefetch while a kernel computes (the next tile of a stream): `rows`
- * rows of a (a_cols floats, stride lda) and of b (b_cols, ldb). */
+ * rows of a (a_bytes each, stride lda bytes) and of b (b_bytes, ldb). */
 typedef struct {
-    const float *a, *b;
-    size_t lda, ldb, a_cols, b_cols, rows;
+    const void *a, *b;
+    size_t lda, ldb, a_bytes, b_bytes, rows;
 } favor__ahead;
 
 /* S[j] = q . K_j for nb rows K_j = K + j*ldk of d floats: the scores of one
@@ -1311,8 +1333,10 @@ static void favor__dots(const float *q, size_t d, const float *K, size_t ldk, si
             const float *Kj = K + j * ldk;
             if (ahead && j < ahead->rows) {
                 size_t n = ahead->rows - j < FAVOR__W ? ahead->rows - j : FAVOR__W;
-                favor__prefetch(ahead->a + j * ahead->lda, n, ahead->lda, ahead->a_cols);
-                favor__prefetch(ahead->b + j * ahead->ldb, n, ahead->ldb, ahead->b_cols);
+                favor__prefetch((const char *)ahead->a + j * ahead->lda, n, ahead->lda,
+                                ahead->a_bytes);
+                favor__prefetch((const char *)ahead->b + j * ahead->ldb, n, ahead->ldb,
+                                ahead->b_bytes);
             }
             FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u) acc[u] = favor__v_set1(0.0f);
             for (c = 0; c < dvec; c += FAVOR__W) {
@@ -1657,8 +1681,9 @@ typedef struct {
  * space. Its layout is returned for the alias checks. */
 static favor_status favor__check_tensor(const favor_tensor *t, favor__range *rg)
 {
-    size_t sa, na, sb, nb, span, tmp, bytes;
+    size_t sa, na, sb, nb, span, tmp, bytes, es;
     if (!t || !t->data) return FAVOR_E_NULL;
+    if (!(es = favor_dtype_size(t->dtype))) return FAVOR_E_ARG;
     if (!t->heads || !t->rows || !t->cols) return FAVOR_E_SHAPE;
     /* (sa, na) the smaller stride, (sb, nb) the larger, ignoring count-1 axes */
     if (t->rows > 1 && (t->heads == 1 || t->row_stride <= t->head_stride)) {
@@ -1674,15 +1699,15 @@ static favor_status favor__check_tensor(const favor_tensor *t, favor__range *rg)
     }
     if (!favor__mul_ok(t->heads - 1, t->head_stride, &span) ||
         !favor__mul_ok(t->rows - 1, t->row_stride, &tmp) || !favor__add_ok(span, tmp, &span) ||
-        !favor__add_ok(span, t->cols, &span) || !favor__mul_ok(span, sizeof(float), &bytes))
+        !favor__add_ok(span, t->cols, &span) || !favor__mul_ok(span, es, &bytes))
         return FAVOR_E_OVERFLOW;
     if ((uintptr_t)t->data > UINTPTR_MAX - bytes) return FAVOR_E_OVERFLOW;
     rg->lo = (uintptr_t)t->data;
     rg->hi = rg->lo + bytes;
-    rg->row = t->cols * sizeof(float);
-    rg->in_stride = na > 1 ? sa * sizeof(float) : 0;
-    rg->in_len = (na - 1) * sa * sizeof(float) + rg->row; /* <= bytes: no overflow */
-    rg->per = nb > 1 ? sb * sizeof(float) : 0;
+    rg->row = t->cols * es;
+    rg->in_stride = na > 1 ? sa * es : 0;
+    rg->in_len = (na - 1) * sa * es + rg->row; /* <= bytes: no overflow */
+    rg->per = nb > 1 ? sb * es : 0;
     return FAVOR_OK;
 }
 
@@ -1966,6 +1991,83 @@ static size_t favor__slices(size_t per, size_t nt, size_t *stride)
     return *stride * nt;
 }
 
+/* Element types at the edge of a tile. The kernels compute in fp32 on rows they
+ * see as (const float *, stride). An fp32 tensor's rows are used in place; the
+ * rows of a 16-bit tensor are widened into a buffer of rows x cols floats
+ * (stride cols) as they enter a tile, and an output's rows are computed in such
+ * a buffer and rounded once into the tensor when they are final. A buffer is
+ * needed only for a 16-bit tensor (favor__io_floats). */
+static size_t favor__io_floats(const favor_tensor *t, size_t rows)
+{
+    return t->dtype == FAVOR_F32 ? 0 : rows * t->cols; /* rows, cols of a valid call: fits */
+}
+
+/* the address of row r of head h (r may be one past the last) */
+static void *favor__at(const favor_tensor *t, size_t h, size_t r)
+{
+    return (unsigned char *)t->data +
+           (h * t->head_stride + r * t->row_stride) * favor_dtype_size(t->dtype);
+}
+
+/* nr rows from row r0 of head h into buf (stride ldb), as fp32 */
+static void favor__widen_rows(const favor_tensor *t, size_t h, size_t r0, size_t nr, float *buf,
+                              size_t ldb)
+{
+    size_t i;
+    for (i = 0; i < nr; ++i) {
+        const void *src = favor__at(t, h, r0 + i);
+        if (t->dtype == FAVOR_F16) favor__widen_f16(buf + i * ldb, (const uint16_t *)src, t->cols);
+        else if (t->dtype == FAVOR_BF16) favor__widen_bf16(buf + i * ldb, (const uint16_t *)src, t->cols);
+        else memcpy(buf + i * ldb, src, t->cols * sizeof(float));
+    }
+}
+
+/* nr rows from row r0 of head h as fp32: the tensor's own (*ld its row stride)
+ * or, for a 16-bit tensor, widened into buf (*ld = cols) */
+static const float *favor__in(const favor_tensor *t, size_t h, size_t r0, size_t nr, float *buf,
+                              size_t *ld)
+{
+    if (t->dtype == FAVOR_F32) {
+        *ld = t->row_stride;
+        return (const float *)favor__at(t, h, r0);
+    }
+    favor__widen_rows(t, h, r0, nr, buf, t->cols);
+    *ld = t->cols;
+    return buf;
+}
+
+/* where the fp32 rows of an output from row r0 of head h are computed: in the
+ * tensor (fp32) or in buf, to be rounded into it by favor__out_done */
+static float *favor__out(const favor_tensor *t, size_t h, size_t r0, float *buf, size_t *ld)
+{
+    if (t->dtype == FAVOR_F32) {
+        *ld = t->row_stride;
+        return (float *)favor__at(t, h, r0);
+    }
+    *ld = t->cols;
+    return buf;
+}
+
+/* nr rows at buf (stride ldb) rounded into rows r0.. of head h of a 16-bit t;
+ * nothing for an fp32 t (its rows were computed in place) */
+static void favor__out_done(const favor_tensor *t, size_t h, size_t r0, size_t nr,
+                            const float *buf, size_t ldb)
+{
+    size_t i;
+    for (i = 0; t->dtype != FAVOR_F32 && i < nr; ++i) {
+        uint16_t *dst = (uint16_t *)favor__at(t, h, r0 + i);
+        if (t->dtype == FAVOR_F16) favor__narrow_f16(dst, buf + i * ldb, t->cols);
+        else favor__narrow_bf16(dst, buf + i * ldb, t->cols);
+    }
+}
+
+/* prefetch nr rows from row r0 of head h (see favor__prefetch) */
+static void favor__prefetch_rows(const favor_tensor *t, size_t h, size_t r0, size_t nr)
+{
+    size_t es = favor_dtype_size(t->dtype);
+    if (nr) favor__prefetch(favor__at(t, h, r0), nr, t->row_stride * es, t->cols * es);
+}
+
 /* 4.8 Operations: small public functions -------------------------------------- */
 FAVOR_API const char *favor_status_string(favor_status s)
 {
@@ -1995,8 +2097,24 @@ FAVOR_API const char *favor_backend(void)
 
 FAVOR_API favor_tensor favor_tensor_packed(float *data, size_t heads, size_t rows, size_t cols)
 {
+    return favor_tensor_packed_as(FAVOR_F32, data, heads, rows, cols);
+}
+
+FAVOR_API size_t favor_dtype_size(favor_dtype dtype)
+{
+    switch (dtype) {
+    case FAVOR_F32: return sizeof(float);
+    case FAVOR_F16: case FAVOR_BF16: return sizeof(uint16_t);
+    }
+    return 0;
+}
+
+FAVOR_API favor_tensor favor_tensor_packed_as(favor_dtype dtype, void *data, size_t heads,
+                                              size_t rows, size_t cols)
+{
     favor_tensor t;
     t.data = data;
+    t.dtype = dtype;
     t.heads = heads;
     t.rows = rows;
     t.cols = cols;
@@ -2087,14 +2205,63 @@ FAVOR_API size_t favor_features_width(const favor_features *f)
     return favor__width(f->kernel, f->dim, f->count);
 }
 
+/* Rows of favor_feature_map pass through buffers of this many floats on the
+ * stack when x or phi is 16-bit. */
+#define FAVOR__FMAP_STACK 2048
+
+/* head h of favor_feature_map, in blocks of nb rows; xb, pb: nb x d, nb x width
+ * buffers for a 16-bit x, phi */
+static void favor__feature_head(const favor__map *mp, const favor_tensor *x,
+                                const favor_tensor *phi, favor_role role, size_t h, size_t nb,
+                                float *xb, float *pb)
+{
+    size_t i, i0, ldx, ldp, rows = x->rows;
+    float r[64], c[64], cmax = -INFINITY;
+    int key = role == FAVOR_KEY && favor__stabilized(mp->kernel);
+    int later = key && phi->dtype == FAVOR_F32; /* fp32 phi: finished in place afterwards */
+    if (key && !later) /* the head's stabilizer first: phi 16-bit holds no raw values */
+        for (i0 = 0; i0 < rows; i0 += nb) {
+            size_t n = rows - i0 < nb ? rows - i0 : nb;
+            const float *X = favor__in(x, h, i0, n, xb, &ldx);
+            favor__phi_raw(mp, X, ldx, n, pb, mp->width, r);
+            for (i = 0; i < n; ++i) cmax = favor__s_max(r[i], cmax);
+        }
+    for (i0 = 0; i0 < rows; i0 += nb) {
+        size_t n = rows - i0 < nb ? rows - i0 : nb;
+        const float *X = favor__in(x, h, i0, n, xb, &ldx);
+        float *P = favor__out(phi, h, i0, pb, &ldp);
+        favor__phi_raw(mp, X, ldx, n, P, ldp, r);
+        for (i = 0; i < n; ++i) {
+            c[i] = role == FAVOR_QUERY ? r[i] : key ? cmax : 0.0f;
+            if (later) cmax = favor__s_max(r[i], cmax);
+        }
+        if (!later) {
+            favor__phi_finish(mp, P, ldp, n, r, c);
+            favor__out_done(phi, h, i0, n, P, ldp);
+        }
+    }
+    if (later) /* second pass: one constant for the whole head */
+        for (i0 = 0; i0 < rows; i0 += nb) {
+            size_t n = rows - i0 < nb ? rows - i0 : nb;
+            const float *X = favor__in(x, h, i0, n, xb, &ldx);
+            float *P = favor__out(phi, h, i0, pb, &ldp);
+            for (i = 0; i < n; ++i) {
+                c[i] = cmax;
+                r[i] = mp->half_s * favor__dot(X + i * ldx, X + i * ldx, mp->d); /* TRIG */
+            }
+            favor__phi_finish(mp, P, ldp, n, r, c);
+        }
+}
+
 FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_tensor *x,
                                          const favor_tensor *phi, favor_role role)
 {
     favor__range rx, rp;
     favor__map mp;
     favor_status st;
-    size_t h, i, i0;
-    float r[64], c[64];
+    size_t h, per, nb = 64;
+    float stack[FAVOR__FMAP_STACK], *buf = stack;
+    void *owned = NULL;
     if (!f || !x || !phi) return FAVOR_E_NULL;
     if ((st = favor__check_features(f)) != FAVOR_OK) return st;
     if ((st = favor__check_tensor(x, &rx)) != FAVOR_OK) return st;
@@ -2108,34 +2275,26 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
         (f->w && (favor__overlap(rp, favor__range_of(f->w, f->count * f->dim * sizeof(float))) ||
                   favor__overlap(rp, favor__range_of(f->wt, f->count * f->dim * sizeof(float))))))
         return FAVOR_E_ALIAS;
-    for (h = 0; h < x->heads; ++h) {
-        const float *xh = x->data + h * x->head_stride;
-        float *ph = phi->data + h * phi->head_stride;
-        float cmax = -INFINITY;
-        for (i0 = 0; i0 < x->rows; i0 += 64) {
-            size_t nr = x->rows - i0 < 64 ? x->rows - i0 : 64;
-            favor__phi_raw(&mp, xh + i0 * x->row_stride, x->row_stride, nr,
-                           ph + i0 * phi->row_stride, phi->row_stride, r);
-            for (i = 0; i < nr; ++i) {
-                c[i] = role == FAVOR_QUERY ? r[i] : 0.0f;
-                cmax = favor__s_max(r[i], cmax);
-            }
-            if (role != FAVOR_KEY)
-                favor__phi_finish(&mp, ph + i0 * phi->row_stride, phi->row_stride, nr, r, c);
-        }
-        if (role == FAVOR_KEY && favor__stabilized(f->kernel)) {
-            /* second pass: one constant for the whole head */
-            for (i0 = 0; i0 < x->rows; i0 += 64) {
-                size_t nr = x->rows - i0 < 64 ? x->rows - i0 : 64;
-                for (i = 0; i < nr; ++i) {
-                    const float *xi = xh + (i0 + i) * x->row_stride;
-                    c[i] = cmax;
-                    r[i] = mp.half_s * favor__dot(xi, xi, mp.d); /* TRIG needs |x'|^2/2 */
-                }
-                favor__phi_finish(&mp, ph + i0 * phi->row_stride, phi->row_stride, nr, r, c);
-            }
-        }
+    /* a KEY map of a 16-bit phi takes a raw pass into the buffer: as if phi were 16-bit */
+    per = favor__io_floats(x, 1) +
+          (phi->dtype != FAVOR_F32 ? mp.width : 0); /* the fp32 floats of one row */
+    if (per > FAVOR__FMAP_STACK) {
+        size_t bytes = favor__ws_bytes(per);
+        if (!bytes) return FAVOR_E_OVERFLOW;
+#ifdef FAVOR_NO_MALLOC
+        return FAVOR_E_WORKSPACE;
+#else
+        if (!(owned = FAVOR_MALLOC(bytes))) return FAVOR_E_NOMEM;
+        buf = favor__align(owned);
+        nb = 1;
+#endif
+    } else if (per) {
+        nb = FAVOR__FMAP_STACK / per < 64 ? FAVOR__FMAP_STACK / per : 64;
     }
+    for (h = 0; h < x->heads; ++h)
+        favor__feature_head(&mp, x, phi, role, h, nb, buf,
+                            buf + nb * favor__io_floats(x, 1));
+    favor__ws_put(owned);
     return FAVOR_OK;
 }
 
@@ -2152,11 +2311,6 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
  * tiles, never n x n_k. */
 #define FAVOR__BQ 64
 #define FAVOR__BK 64
-
-static size_t favor__softmax_floats(size_t d)
-{
-    return d * FAVOR__BQ + FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ;
-}
 
 /* number of keys query row i sees under the causal rule (bottom-right aligned) */
 static size_t favor__visible(size_t i, size_t n, size_t nk)
@@ -2187,7 +2341,8 @@ static void favor__softmax_qt(const float *Q, size_t ldq, size_t nq, size_t d, f
     }
 }
 
-/* St = K_tile Qt (nb x BQ) for keys [j0, j0+nb) and queries [i0, i0+BQ), with
+/* St = K_tile Qt (nb x BQ) for keys [j0, j0+nb) (the tile's rows at K) and
+ * queries [i0, i0+BQ), with
  * the causally hidden scores at -inf */
 static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, float *St,
                                   size_t nb, size_t d, size_t j0, size_t i0, size_t n, size_t nk,
@@ -2195,7 +2350,7 @@ static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, f
 {
     const size_t BQ = FAVOR__BQ;
     size_t j, r;
-    favor__gemm(nb, BQ, d, K + j0 * ldk, ldk, 1, Qt, BQ, St, BQ, 0);
+    favor__gemm(nb, BQ, d, K, ldk, 1, Qt, BQ, St, BQ, 0);
     if (causal && favor__visible(i0, n, nk) < j0 + nb)
         for (j = 0; j < nb; ++j) { /* key j0+j is seen from query j0+j+n-nk on */
             size_t first = j0 + j + n, lo;
@@ -2243,41 +2398,70 @@ static float favor__softmax_lse(float m, double l)
     return l > 0.0 ? (float)((double)m + log(l)) : -INFINITY;
 }
 
-/* query rows [i0, i0 + BQ) of one head; lse: the head's n floats or NULL */
-static void favor__softmax_block(const float *Q, size_t ldq, const float *K, size_t ldk,
-                                 const float *V, size_t ldv, float *O, size_t ldo, float *lse,
-                                 size_t n, size_t nk, size_t d, size_t dv, float s, int causal,
-                                 size_t i0, float *ws)
+/* A softmax call: its tensors and sizes (the decode path's fields after R) */
+typedef struct {
+    const favor_tensor *q, *k, *v, *o;
+    float *lse;     /* heads_q x n, or NULL */
+    float *part;    /* decode: [g][block][row] records of d_v + 2 floats: m, l, A */
+    size_t grp, n, nk, d, dv, R, nblk;
+    float s;
+    int causal;
+} favor__sm;
+
+/* per-thread floats of the prefill: the tiles, and buffers for the 16-bit
+ * inputs (the output's buffer is always counted: the query does not see it) */
+static size_t favor__softmax_floats(const favor_tensor *q, const favor_tensor *k,
+                                    const favor_tensor *v)
 {
-    const size_t BQ = FAVOR__BQ;
+    size_t d = q->cols, dv = v->cols, a, b;
+    if (d > SIZE_MAX / 8 / FAVOR__BQ || dv > SIZE_MAX / 8 / FAVOR__BQ) return 0;
+    a = d * FAVOR__BQ + FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ + dv * FAVOR__BQ;
+    b = favor__io_floats(q, FAVOR__BQ) + favor__io_floats(k, FAVOR__BK) +
+        favor__io_floats(v, FAVOR__BK);
+    return a + b;
+}
+
+/* query rows [i0, i0 + BQ) of head h */
+static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float *ws)
+{
+    const size_t BQ = FAVOR__BQ, n = x->n, nk = x->nk, d = x->d, dv = x->dv;
+    const size_t g = h / x->grp;
     float *Qt = ws, *St = Qt + d * BQ, *m = St + FAVOR__BK * BQ, *mc = m + BQ, *alpha = mc + BQ;
-    float *tmp = alpha + BQ;
+    float *tmp = alpha + BQ, *Ob = tmp + BQ, *Qb = Ob + dv * BQ;
+    float *Kb = Qb + favor__io_floats(x->q, BQ), *Vb = Kb + favor__io_floats(x->k, FAVOR__BK);
+    float *lse = x->lse ? x->lse + h * n : NULL, *O;
+    const float *Q, *K, *V;
     double l[FAVOR__BQ];
-    size_t j0, r;
+    size_t j0, r, ldq, ldk, ldv, ldo;
     size_t nq = n - i0 < BQ ? n - i0 : BQ;
-    size_t kend = causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
-    favor__softmax_qt(Q + i0 * ldq, ldq, nq, d, s, Qt);
+    size_t kend = x->causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
+    Q = favor__in(x->q, h, i0, nq, Qb, &ldq);
+    favor__softmax_qt(Q, ldq, nq, d, x->s, Qt);
     for (r = 0; r < BQ; ++r) {
         m[r] = -INFINITY;
         l[r] = 0.0;
     }
-    for (r = 0; r < nq; ++r) memset(O + (i0 + r) * ldo, 0, dv * sizeof(float));
+    O = favor__out(x->o, h, i0, Ob, &ldo);
+    for (r = 0; r < nq; ++r) memset(O + r * ldo, 0, dv * sizeof(float));
     for (j0 = 0; j0 < kend; j0 += FAVOR__BK) {
         size_t nb = kend - j0 < FAVOR__BK ? kend - j0 : FAVOR__BK;
-        favor__softmax_scores(K, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
+        K = favor__in(x->k, g, j0, nb, Kb, &ldk);
+        V = favor__in(x->v, g, j0, nb, Vb, &ldv);
+        favor__softmax_scores(K, ldk, Qt, St, nb, d, j0, i0, n, nk, x->causal);
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
         for (r = 0; r < nq; ++r)
-            if (alpha[r] != 1.0f) favor__scal(O + (i0 + r) * ldo, alpha[r], dv);
-        if (causal) /* row r takes keys j0 + j < visible(i0 + r) */
+            if (alpha[r] != 1.0f) favor__scal(O + r * ldo, alpha[r], dv);
+        if (x->causal) /* row r takes keys j0 + j < visible(i0 + r) */
             favor__gemm_stair(nq, dv, nb, 0, favor__causal_base(i0 + 1 + nk, n + j0), St, 1,
-                              BQ, V + j0 * ldv, ldv, O + i0 * ldo, ldo);
+                              BQ, V, ldv, O, ldo);
         else
-            favor__gemm(nq, dv, nb, St, 1, BQ, V + j0 * ldv, ldv, O + i0 * ldo, ldo, 1);
+            favor__gemm(nq, dv, nb, St, 1, BQ, V, ldv, O, ldo, 1);
     }
     for (r = 0; r < nq; ++r) { /* a row that saw no key stays zero */
-        if (l[r] > 0.0) favor__scal(O + (i0 + r) * ldo, (float)(1.0 / l[r]), dv);
+        if (l[r] > 0.0) favor__scal(O + r * ldo, (float)(1.0 / l[r]), dv);
         if (lse) lse[i0 + r] = favor__softmax_lse(m[r], l[r]);
     }
+    favor__out_done(x->o, h, i0, nq, O, ldo);
 }
 
 /* Decode: few query rows against a long cache. A call with at most
@@ -2302,14 +2486,7 @@ static void favor__softmax_block(const float *Q, size_t ldq, const float *K, siz
 #define FAVOR__DEC_ROWS 32
 #define FAVOR__DEC_BLOCK 512
 
-typedef struct {
-    const favor_tensor *q, *k, *v, *o;
-    float *lse;     /* heads_q x n, or NULL */
-    float *part;    /* [g][block][row] records of d_v + 2 floats: m, l, A */
-    size_t grp, n, nk, d, dv, R, nblk;
-    float s;
-    int causal;
-} favor__dec;
+typedef favor__sm favor__dec;
 
 /* The decode layout of a call: R, the blocks, and the floats of its workspace
  * (per-thread slices of `*slice` floats, then the partials at *part_at); 0 when
@@ -2320,7 +2497,10 @@ static size_t favor__decode_floats(favor__dec *x, size_t hkv, size_t nt, size_t 
     size_t per, part, all;
     x->nblk = (x->nk + FAVOR__DEC_BLOCK - 1) / FAVOR__DEC_BLOCK;
     if (!favor__mul_ok(x->grp, x->n, &x->R) || !favor__add_ok(x->d, FAVOR__BK, &per) ||
-        !favor__mul_ok(per, x->R, &per) || !(*part_at = favor__slices(per, nt, slice)) ||
+        !favor__mul_ok(per, x->R, &per) ||
+        !favor__add_ok(per, x->dv + favor__io_floats(x->k, FAVOR__BK) +
+                                favor__io_floats(x->v, FAVOR__BK), &per) ||
+        !(*part_at = favor__slices(per, nt, slice)) ||
         !favor__mul_ok(x->dv + 2, x->R, &part) || !favor__mul_ok(part, x->nblk, &part) ||
         !favor__mul_ok(part, hkv, &part) || !favor__add_ok(*part_at, part, &all) ||
         all > SIZE_MAX / sizeof(float))
@@ -2328,42 +2508,43 @@ static size_t favor__decode_floats(favor__dec *x, size_t hkv, size_t nt, size_t 
     return all;
 }
 
-/* work item (g, b): the partials of block b of key/value head g; ws: R (d + BK) */
+/* work item (g, b): the partials of block b of key/value head g; ws: R (d + BK)
+ * and the tile buffers of 16-bit K, V (after the merge's row) */
 static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *ws)
 {
     const size_t R = x->R, d = x->d, dv = x->dv, BK = FAVOR__BK, rec = dv + 2;
-    const size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
-    const float *K = x->k->data + g * x->k->head_stride, *V = x->v->data + g * x->v->head_stride;
     float *Qs = ws, *S = ws + R * d, *P = x->part + (g * x->nblk + b) * R * rec;
-    size_t j0 = b * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j;
+    float *Kb = S + R * BK + dv, *Vb = Kb + favor__io_floats(x->k, BK);
+    size_t j0 = b * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv;
+    size_t esk = favor_dtype_size(x->k->dtype), esv = favor_dtype_size(x->v->dtype);
     if (jend - j0 > FAVOR__DEC_BLOCK) jend = j0 + FAVOR__DEC_BLOCK;
     for (i = 0; i < x->n; ++i)
         for (t = 0; t < x->grp; ++t) {
-            const favor_tensor *q = x->q;
             r = i * x->grp + t;
-            memcpy(Qs + r * d, q->data + (g * x->grp + t) * q->head_stride + i * q->row_stride,
-                   d * sizeof(float));
+            favor__widen_rows(x->q, g * x->grp + t, i, 1, Qs + r * d, d);
             favor__scal(Qs + r * d, x->s, d);
             P[r * rec] = -INFINITY;
             memset(P + r * rec + 1, 0, (dv + 1) * sizeof(float));
         }
     for (; j0 < jend; j0 += BK) {
         size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1;
+        const float *K = favor__in(x->k, g, j0, nb, Kb, &ldk);
+        const float *V = favor__in(x->v, g, j0, nb, Vb, &ldv);
         favor__ahead ahead; /* the next tile's keys and values, during the first row */
         ahead.rows = jend - j0 - nb < BK ? jend - j0 - nb : BK;
-        ahead.a = ahead.rows ? K + (j0 + nb) * ldk : K;
-        ahead.b = ahead.rows ? V + (j0 + nb) * ldv : V;
-        ahead.lda = ldk;
-        ahead.ldb = ldv;
-        ahead.a_cols = d;
-        ahead.b_cols = dv;
+        ahead.a = favor__at(x->k, g, ahead.rows ? j0 + nb : j0);
+        ahead.b = favor__at(x->v, g, ahead.rows ? j0 + nb : j0);
+        ahead.lda = x->k->row_stride * esk;
+        ahead.ldb = x->v->row_stride * esv;
+        ahead.a_bytes = d * esk;
+        ahead.b_bytes = dv * esv;
         for (i = 0; i < x->n; ++i) {
             size_t vis = x->causal ? favor__visible(i, x->n, x->nk) : x->nk;
             size_t kv = vis <= j0 ? 0 : vis - j0 < nb ? vis - j0 : nb; /* keys row i sees */
             full &= kv == nb;
             for (r = i * x->grp; r < (i + 1) * x->grp; ++r) {
                 float *Sr = S + r * BK, *pr = P + r * rec, alpha, mc;
-                favor__dots(Qs + r * d, d, K + j0 * ldk, ldk, kv, Sr, r ? NULL : &ahead);
+                favor__dots(Qs + r * d, d, K, ldk, kv, Sr, r ? NULL : &ahead);
                 for (j = kv; j < nb; ++j) Sr[j] = -INFINITY;
                 mc = favor__online_max(pr, favor__maxval(Sr, nb), &alpha);
                 favor__exp_add(Sr, Sr, -mc, nb);
@@ -2373,25 +2554,26 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             }
         }
         if (full)
-            favor__gemm(R, dv, nb, S, BK, 1, V + j0 * ldv, ldv, P + 2, rec, 1);
+            favor__gemm(R, dv, nb, S, BK, 1, V, ldv, P + 2, rec, 1);
         else /* causal: each position's rows take only the keys they see */
             for (i = 0; i < x->n; ++i) {
                 size_t vis = favor__visible(i, x->n, x->nk);
                 size_t kv = vis <= j0 ? 0 : vis - j0 < nb ? vis - j0 : nb;
                 if (kv)
-                    favor__gemm(x->grp, dv, kv, S + i * x->grp * BK, BK, 1, V + j0 * ldv, ldv,
+                    favor__gemm(x->grp, dv, kv, S + i * x->grp * BK, BK, 1, V, ldv,
                                 P + i * x->grp * rec + 2, rec, 1);
             }
     }
 }
 
-/* row r of key/value head g: its blocks' partials merged in block order */
-static void favor__decode_merge(const favor__dec *x, size_t g, size_t r)
+/* row r of key/value head g: its blocks' partials merged in block order; ws:
+ * the thread's slice (the row is formed after R (d + BK) floats) */
+static void favor__decode_merge(const favor__dec *x, size_t g, size_t r, float *ws)
 {
     const size_t rec = x->dv + 2, stride = x->R * rec;
     const float *P = x->part + g * x->nblk * stride + r * rec;
-    size_t i = r / x->grp, h = g * x->grp + r % x->grp, b;
-    float *o = x->o->data + h * x->o->head_stride + i * x->o->row_stride, M = -INFINITY, Mc;
+    size_t i = r / x->grp, h = g * x->grp + r % x->grp, b, ldo;
+    float *o = favor__out(x->o, h, i, ws + x->R * (x->d + FAVOR__BK), &ldo), M = -INFINITY, Mc;
     double L = 0.0;
     for (b = 0; b < x->nblk; ++b) M = favor__s_max(P[b * stride], M);
     Mc = favor__s_max(M, -FLT_MAX);
@@ -2405,6 +2587,7 @@ static void favor__decode_merge(const favor__dec *x, size_t g, size_t r)
         favor__axpy(o, f, p + 2, x->dv);
     }
     if (L > 0.0) favor__scal(o, (float)(1.0 / L), x->dv); /* no key seen: stays zero */
+    favor__out_done(x->o, h, i, 1, o, ldo);
     if (x->lse) x->lse[h * x->n + i] = favor__softmax_lse(M, L);
 }
 
@@ -2413,6 +2596,9 @@ static void favor__decode_merge(const favor__dec *x, size_t g, size_t r)
 static int favor__decode_plan(favor__dec *x, const favor_tensor *q, const favor_tensor *k,
                               const favor_tensor *v, const favor_options *opts)
 {
+    x->q = q;
+    x->k = k;
+    x->v = v;
     x->n = q->rows;
     x->nk = k->rows;
     x->d = q->cols;
@@ -2439,8 +2625,10 @@ FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const 
         return favor__ws_bytes(
             favor__decode_floats(&x, k->heads, favor__nthreads(opts), &slice, &at));
     }
-    floats = favor__softmax_floats(q->cols);
-    if (floats / FAVOR__BQ < q->cols) return 0;
+    if (!k || !v || favor__check_tensor(k, &r) != FAVOR_OK ||
+        favor__check_tensor(v, &r) != FAVOR_OK)
+        return 0;
+    floats = favor__softmax_floats(q, k, v);
     return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
 }
 
@@ -2453,9 +2641,8 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     favor_status st;
     float *ws, s;
     void *owned;
-    int causal;
     long it, items;
-    size_t grp, floats, nt, slice, blocks;
+    size_t floats, nt, slice, blocks;
     if ((st = favor__check_qkvo(q, k, v, out, &sh)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
@@ -2465,9 +2652,6 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
         size_t at;
         if (!(floats = favor__decode_floats(&x, sh.hkv, nt, &slice, &at))) return FAVOR_E_OVERFLOW;
         if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
-        x.q = q;
-        x.k = k;
-        x.v = v;
         x.o = out;
         x.lse = opts ? opts->lse : NULL;
         x.part = ws + at;
@@ -2487,32 +2671,26 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
 #pragma omp for schedule(static)
 #endif
             for (it = 0; it < (long)(sh.hkv * x.R); ++it)
-                favor__decode_merge(&x, (size_t)it / x.R, (size_t)it % x.R);
+                favor__decode_merge(&x, (size_t)it / x.R, (size_t)it % x.R,
+                                    ws + FAVOR__TID() * slice);
         }
         favor__ws_put(owned);
         return FAVOR_OK;
     }
-    floats = favor__softmax_floats(sh.d);
-    if (floats / FAVOR__BQ < sh.d) return FAVOR_E_OVERFLOW;
-    if (!(floats = favor__slices(floats, nt, &slice))) return FAVOR_E_OVERFLOW;
+    if (!(floats = favor__slices(favor__softmax_floats(q, k, v), nt, &slice)))
+        return FAVOR_E_OVERFLOW;
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
-    causal = opts && (opts->flags & FAVOR_CAUSAL);
-    grp = sh.hq / sh.hkv;
+    x.o = out;
+    x.lse = opts ? opts->lse : NULL;
+    x.s = s;
     blocks = (sh.n + FAVOR__BQ - 1) / FAVOR__BQ;
     items = (long)(sh.hq * blocks);
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
-    for (it = 0; it < items; ++it) {
-        size_t h = (size_t)it / blocks, g = h / grp;
-        favor__softmax_block(q->data + h * q->head_stride, q->row_stride,
-                             k->data + g * k->head_stride, k->row_stride,
-                             v->data + g * v->head_stride, v->row_stride,
-                             out->data + h * out->head_stride, out->row_stride,
-                             opts && opts->lse ? opts->lse + h * sh.n : NULL, sh.n, sh.nk,
-                             sh.d, sh.dv, s, causal, ((size_t)it % blocks) * FAVOR__BQ,
+    for (it = 0; it < items; ++it)
+        favor__softmax_block(&x, (size_t)it / blocks, ((size_t)it % blocks) * FAVOR__BQ,
                              ws + FAVOR__TID() * slice);
-    }
     favor__ws_put(owned);
     return FAVOR_OK;
 }
@@ -2667,14 +2845,22 @@ static void favor__lin_output(const favor__map *mp, const float *S, const float 
     for (i = 0; i < nr; ++i) favor__divide(mp, O + i * ldo, favor__dot(cb->qf + i * w, z, w), dv);
 }
 
-/* A group of query heads sharing one key/value head: head t's rows start at
- * Q + t*qhs (out: O + t*ohs). */
+/* A group of query heads sharing one key/value head (heads h0 .. h0 + count - 1
+ * of q and out, rows from r0), and the key/value rows they meet (head g of k
+ * and v, rows from kr0), with the buffers for 16-bit rows: qb, kb (C x d), vb,
+ * ob (C x d_v). */
 typedef struct {
-    const float *Q;
-    size_t qhs, ldq;
-    float *O;
-    size_t ohs, ldo, count;
+    const favor_tensor *q, *o, *k, *v;
+    size_t h0, count, r0, g, kr0;
+    float *qb, *ob, *kb, *vb;
 } favor__qgroup;
+
+/* zero nr rows from r0 of head h (+0 in every element type) */
+static void favor__zero_rows(const favor_tensor *t, size_t h, size_t r0, size_t nr)
+{
+    size_t i;
+    for (i = 0; i < nr; ++i) memset(favor__at(t, h, r0 + i), 0, t->cols * favor_dtype_size(t->dtype));
+}
 
 /* The keys of a causal chunk (nr <= C rows): kf stabilized at the running
  * maxima mk (from *c on), and its transpose kt. Returns 1 when the maximum rose
@@ -2743,24 +2929,6 @@ static void favor__chunk_absorb(const favor__map *mp, float *S, float *z, float 
     favor__state_add(mp, S, z, c, mrun, cb->kf, V, ldv, nr, dv, cb->comp, cb->tile);
 }
 
-/* causal chunk: nr (<= C) aligned query rows and keys, then absorb the keys */
-static void favor__lin_causal_chunk(const favor__map *mp, float *S, float *z, float *c,
-                                    const float *K, size_t ldk, const float *V, size_t ldv,
-                                    size_t nr, size_t dv, const favor__qgroup *qg,
-                                    favor__chunk *cb)
-{
-    size_t i, t;
-    float mrun;
-    int rising = favor__chunk_keys(mp, *c, K, ldk, nr, cb, &mrun);
-    for (t = 0; t < qg->count; ++t) {
-        float *O = qg->O + t * qg->ohs;
-        favor__chunk_rows(mp, *c, S, z, qg->Q + t * qg->qhs, qg->ldq, V, ldv, O, qg->ldo, nr,
-                          dv, rising, cb);
-        for (i = 0; i < nr; ++i) favor__divide(mp, O + i * qg->ldo, cb->rq[i], dv);
-    }
-    favor__chunk_absorb(mp, S, z, c, mrun, rising, V, ldv, nr, dv, cb);
-}
-
 /* The chunk length of the causal passes: the intra-chunk work per token is
  * O(C (width + d_v)) against O(width d_v) for the state, so narrow maps use
  * shorter chunks to keep the two in proportion. */
@@ -2769,26 +2937,37 @@ static size_t favor__causal_step(const favor__map *mp, size_t cap)
     return mp->width * 2 < cap * 3 && cap >= 32 ? cap / 2 : cap;
 }
 
-/* Causal rows [0, L) of a query group against keys [0, L) after the state. */
+/* Causal rows [0, L) of a query group against keys [0, L) after the state, in
+ * chunks: each chunk's rows of every query head, then its keys absorbed. */
 static void favor__lin_causal_run(const favor__map *mp, float *S, float *z, float *c,
-                                  const float *K, size_t ldk, const float *V, size_t ldv,
-                                  size_t L, size_t dv, favor__qgroup qg, favor__chunk *cb)
+                                  size_t L, size_t dv, const favor__qgroup *qg,
+                                  favor__chunk *cb)
 {
-    size_t t0, step = favor__causal_step(mp, cb->cap);
+    size_t t0, i, t, ldk, ldv, ldq, ldo, step = favor__causal_step(mp, cb->cap);
     for (t0 = 0; t0 < L; t0 += step) {
-        size_t t, nr = L - t0 < step ? L - t0 : step;
-        favor__qgroup g = qg;
+        size_t nr = L - t0 < step ? L - t0 : step;
+        const float *K, *V;
+        float mrun;
+        int rising;
         if (t0 + nr < L) { /* the next chunk's rows */
             size_t nn = L - t0 - nr < step ? L - t0 - nr : step;
-            favor__prefetch(K + (t0 + nr) * ldk, nn, ldk, mp->d);
-            favor__prefetch(V + (t0 + nr) * ldv, nn, ldv, dv);
-            for (t = 0; t < qg.count; ++t)
-                favor__prefetch(qg.Q + t * qg.qhs + (t0 + nr) * qg.ldq, nn, qg.ldq, mp->d);
+            favor__prefetch_rows(qg->k, qg->g, qg->kr0 + t0 + nr, nn);
+            favor__prefetch_rows(qg->v, qg->g, qg->kr0 + t0 + nr, nn);
+            for (t = 0; t < qg->count; ++t)
+                favor__prefetch_rows(qg->q, qg->h0 + t, qg->r0 + t0 + nr, nn);
         }
-        g.Q = qg.Q + t0 * qg.ldq;
-        g.O = qg.O + t0 * qg.ldo;
-        favor__lin_causal_chunk(mp, S, z, c, K + t0 * ldk, ldk, V + t0 * ldv, ldv, nr, dv, &g,
-                                cb);
+        K = favor__in(qg->k, qg->g, qg->kr0 + t0, nr, qg->kb, &ldk);
+        V = favor__in(qg->v, qg->g, qg->kr0 + t0, nr, qg->vb, &ldv);
+        rising = favor__chunk_keys(mp, *c, K, ldk, nr, cb, &mrun);
+        for (t = 0; t < qg->count; ++t) {
+            size_t h = qg->h0 + t, r0 = qg->r0 + t0;
+            const float *Q = favor__in(qg->q, h, r0, nr, qg->qb, &ldq);
+            float *O = favor__out(qg->o, h, r0, qg->ob, &ldo);
+            favor__chunk_rows(mp, *c, S, z, Q, ldq, V, ldv, O, ldo, nr, dv, rising, cb);
+            for (i = 0; i < nr; ++i) favor__divide(mp, O + i * ldo, cb->rq[i], dv);
+            favor__out_done(qg->o, h, r0, nr, O, ldo);
+        }
+        favor__chunk_absorb(mp, S, z, c, mrun, rising, V, ldv, nr, dv, cb);
     }
 }
 
@@ -2825,6 +3004,35 @@ static size_t favor__linear_floats(const favor_features *f, size_t dv, int with_
     return n;
 }
 
+/* floats of the row buffers of a chunk (favor__qgroup): for 16-bit q, k, v, and
+ * the output's (always counted: the workspace queries do not see it) */
+static size_t favor__linear_io_floats(const favor_tensor *q, const favor_tensor *k,
+                                      const favor_tensor *v)
+{
+    size_t C = FAVOR__CHUNK, d = k->cols, dv = v->cols;
+    if (d > SIZE_MAX / 8 / C || dv > SIZE_MAX / 8 / C) return 0;
+    return favor__io_floats(q, C) + favor__io_floats(k, C) + favor__io_floats(v, C) + C * dv;
+}
+
+/* the row buffers of qg from p (favor__linear_io_floats) */
+static void favor__qgroup_carve(favor__qgroup *qg, float *p)
+{
+    qg->qb = p;
+    qg->kb = qg->qb + favor__io_floats(qg->q, FAVOR__CHUNK);
+    qg->vb = qg->kb + favor__io_floats(qg->k, FAVOR__CHUNK);
+    qg->ob = qg->vb + favor__io_floats(qg->v, FAVOR__CHUNK);
+}
+
+/* per-thread floats of a linear call: the kernel's and the row buffers' */
+static size_t favor__linear_call_floats(const favor_features *f, const favor_tensor *q,
+                                        const favor_tensor *k, const favor_tensor *v,
+                                        int with_state, size_t *io_at)
+{
+    size_t a = favor__linear_floats(f, v->cols, with_state), b = favor__linear_io_floats(q, k, v);
+    *io_at = a;
+    return a && b && favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
+}
+
 static float favor__linear_scale(const favor_features *f, const favor_options *opts)
 {
     return (opts && opts->scale > 0.0f) ? opts->scale : f->scale;
@@ -2836,73 +3044,77 @@ FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
                                                   const favor_options *opts)
 {
     favor__range r;
-    (void)q;
-    (void)k;
-    size_t slice;
-    if (favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK || !v ||
-        favor__check_tensor(v, &r) != FAVOR_OK)
+    size_t slice, at;
+    if (favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK || !q ||
+        !k || !v || favor__check_tensor(q, &r) != FAVOR_OK ||
+        favor__check_tensor(k, &r) != FAVOR_OK || favor__check_tensor(v, &r) != FAVOR_OK ||
+        k->cols != f->dim)
         return 0;
-    return favor__ws_bytes(
-        favor__slices(favor__linear_floats(f, v->cols, 1), favor__nthreads(opts), &slice));
+    return favor__ws_bytes(favor__slices(favor__linear_call_floats(f, q, k, v, 1, &at),
+                                         favor__nthreads(opts), &slice));
 }
 
-/* one key/value head g and its group of query heads; ws: S, z, chunk buffers */
+/* one key/value head g and its group of query heads; ws: S, z, chunk buffers,
+ * then the row buffers at io */
 static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
                                  const favor_tensor *k, const favor_tensor *v,
                                  const favor_tensor *out, const favor__shape *sh, int causal,
-                                 size_t g, float *ws)
+                                 size_t g, float *ws, size_t io)
 {
     size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, pre = 0, skip = 0, t, i, j0;
-    const float *K = k->data + g * k->head_stride, *V = v->data + g * v->head_stride;
+    size_t ldk, ldv, ldq, ldo, C = FAVOR__CHUNK;
     float *S = ws, *z = ws + w * dv, c = -INFINITY;
     favor__chunk cb;
     favor__qgroup qg;
-    favor__chunk_carve(&cb, ws + 2 * w * (dv + 1), FAVOR__CHUNK, w);
+    favor__chunk_carve(&cb, ws + 2 * w * (dv + 1), C, w);
     cb.comp = ws + w * (dv + 1);
-    cb.tile = ws + 2 * w * (dv + 1) + favor__chunk_floats(FAVOR__CHUNK, w);
+    cb.tile = ws + 2 * w * (dv + 1) + favor__chunk_floats(C, w);
     memset(S, 0, 2 * w * (dv + 1) * sizeof(float)); /* S, z, their errors */
-    qg.Q = q->data + g * grp * q->head_stride;
-    qg.qhs = q->head_stride;
-    qg.ldq = q->row_stride;
-    qg.O = out->data + g * grp * out->head_stride;
-    qg.ohs = out->head_stride;
-    qg.ldo = out->row_stride;
+    qg.q = q;
+    qg.o = out;
+    qg.k = k;
+    qg.v = v;
+    qg.h0 = g * grp;
     qg.count = grp;
+    qg.g = g;
+    favor__qgroup_carve(&qg, ws + io);
     if (causal) {
         if (sh->nk >= sh->n) pre = sh->nk - sh->n; /* keys every row sees */
         else skip = sh->n - sh->nk;                /* rows that see no key */
     } else {
         pre = sh->nk;
     }
-    for (j0 = 0; j0 < pre; j0 += FAVOR__CHUNK) {
-        size_t nr = pre - j0 < FAVOR__CHUNK ? pre - j0 : FAVOR__CHUNK;
+    for (j0 = 0; j0 < pre; j0 += C) {
+        size_t nr = pre - j0 < C ? pre - j0 : C;
+        const float *K, *V;
         if (j0 + nr < pre) {
-            size_t nn = pre - j0 - nr < FAVOR__CHUNK ? pre - j0 - nr : FAVOR__CHUNK;
-            favor__prefetch(K + (j0 + nr) * k->row_stride, nn, k->row_stride, sh->d);
-            favor__prefetch(V + (j0 + nr) * v->row_stride, nn, v->row_stride, dv);
+            size_t nn = pre - j0 - nr < C ? pre - j0 - nr : C;
+            favor__prefetch_rows(k, g, j0 + nr, nn);
+            favor__prefetch_rows(v, g, j0 + nr, nn);
         }
-        favor__lin_absorb(mp, S, z, &c, K + j0 * k->row_stride, k->row_stride,
-                          V + j0 * v->row_stride, v->row_stride, nr, dv, &cb);
+        K = favor__in(k, g, j0, nr, qg.kb, &ldk);
+        V = favor__in(v, g, j0, nr, qg.vb, &ldv);
+        favor__lin_absorb(mp, S, z, &c, K, ldk, V, ldv, nr, dv, &cb);
     }
     if (!causal) {
         for (t = 0; t < grp; ++t)
-            for (i = 0; i < sh->n; i += FAVOR__CHUNK) {
-                size_t nr = sh->n - i < FAVOR__CHUNK ? sh->n - i : FAVOR__CHUNK;
+            for (i = 0; i < sh->n; i += C) {
+                size_t h = g * grp + t, nr = sh->n - i < C ? sh->n - i : C;
+                const float *Q;
+                float *O;
                 if (i + nr < sh->n)
-                    favor__prefetch(qg.Q + t * qg.qhs + (i + nr) * qg.ldq,
-                                    sh->n - i - nr < FAVOR__CHUNK ? sh->n - i - nr : FAVOR__CHUNK,
-                                    qg.ldq, sh->d);
-                favor__lin_output(mp, S, z, qg.Q + t * qg.qhs + i * qg.ldq, qg.ldq,
-                                  qg.O + t * qg.ohs + i * qg.ldo, qg.ldo, nr, dv, &cb);
+                    favor__prefetch_rows(q, h, i + nr, sh->n - i - nr < C ? sh->n - i - nr : C);
+                Q = favor__in(q, h, i, nr, qg.qb, &ldq);
+                O = favor__out(out, h, i, qg.ob, &ldo);
+                favor__lin_output(mp, S, z, Q, ldq, O, ldo, nr, dv, &cb);
+                favor__out_done(out, h, i, nr, O, ldo);
             }
         return;
     }
-    for (t = 0; t < grp; ++t)
-        for (i = 0; i < skip; ++i) memset(qg.O + t * qg.ohs + i * qg.ldo, 0, dv * sizeof(float));
-    qg.Q += skip * qg.ldq;
-    qg.O += skip * qg.ldo;
-    favor__lin_causal_run(mp, S, z, &c, K + pre * k->row_stride, k->row_stride,
-                          V + pre * v->row_stride, v->row_stride, sh->n - skip, dv, qg, &cb);
+    for (t = 0; t < grp; ++t) favor__zero_rows(out, g * grp + t, 0, skip);
+    qg.r0 = skip;
+    qg.kr0 = pre;
+    favor__lin_causal_run(mp, S, z, &c, sh->n - skip, dv, &qg, &cb);
 }
 
 FAVOR_API favor_status favor_linear_attention(const favor_features *f, const favor_tensor *q,
@@ -2917,10 +3129,10 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
     void *owned;
     int causal;
     long g;
-    size_t floats, nt, slice;
+    size_t floats, nt, slice, io;
     if ((st = favor__check_linear(f, q, k, v, out, opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
-    if (!(floats = favor__slices(favor__linear_floats(f, sh.dv, 1), nt, &slice)))
+    if (!(floats = favor__slices(favor__linear_call_floats(f, q, k, v, 1, &io), nt, &slice)))
         return FAVOR_E_OVERFLOW;
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
@@ -2930,7 +3142,7 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
 #endif
     for (g = 0; g < (long)sh.hkv; ++g)
         favor__linear_kvhead(&mp, q, k, v, out, &sh, causal, (size_t)g,
-                             ws + FAVOR__TID() * slice);
+                             ws + FAVOR__TID() * slice, io);
     favor__ws_put(owned);
     return FAVOR_OK;
 }
@@ -2996,10 +3208,12 @@ static void favor__pend_fold(const favor__map *mp, favor_state *st, size_t g, si
 }
 
 /* one token of key/value head g and its query heads, with np tokens pending; F,
- * R: the raw features and log-scales of the head's key and first query */
+ * R: the raw features and log-scales of the head's key and first query; X: d
+ * floats for a further query row */
 static void favor__step_head(const favor__map *mp, favor_state *st, const favor_tensor *q,
                              const favor_tensor *v, const favor_tensor *out, size_t g,
-                             size_t np, const favor__chunk *scr, float *F, const float *R)
+                             size_t np, const favor__chunk *scr, float *F, const float *R,
+                             float *X)
 {
     size_t w = st->width, dv = st->dv, grp = q->heads / st->heads, t;
     const float *S = st->s + g * w * dv, *z = st->z + g * w;
@@ -3010,15 +3224,18 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
     memcpy(cb.kf + np * w, F, w * sizeof(float));
     m = cb.mk[np] = favor__s_max(R[0], np ? cb.mk[np - 1] : c);
     favor__phi_finish(mp, cb.kf + np * w, w, 1, R, cb.mk + np);
-    memcpy(pv + np * dv, v->data + g * v->head_stride, dv * sizeof(float));
+    favor__widen_rows(v, g, 0, 1, pv + np * dv, dv);
     e = favor__s_exp(c - m);
     rising = favor__stabilized(mp->kernel) && cb.mk[0] != m;
     if (rising) favor__exp_add(cb.g, cb.mk, -m, np); /* exp(m_j - m) */
     for (t = 0; t < grp; ++t) {
-        size_t h = g * grp + t;
-        float *o = out->data + h * out->head_stride, *qf = t ? cb.qf : F + w;
+        size_t h = g * grp + t, ldo;
+        float *o = favor__out(out, h, 0, scr->tile, &ldo), *qf = t ? cb.qf : F + w;
         const float *rq = t ? cb.rq : R + 1;
-        if (t) favor__phi_raw(mp, q->data + h * q->head_stride, q->row_stride, 1, qf, w, cb.rq);
+        if (t) {
+            favor__widen_rows(q, h, 0, 1, X, mp->d);
+            favor__phi_raw(mp, X, mp->d, 1, qf, w, cb.rq);
+        }
         favor__phi_finish(mp, qf, w, 1, rq, rq);
         favor__dots(qf, w, cb.kf, w, np + 1, cb.a, NULL);
         if (rising) favor__vmul(cb.a, cb.g, np);
@@ -3026,6 +3243,7 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
         favor__scal(o, e, dv);
         favor__gemm(1, dv, np + 1, cb.a, np + 1, 1, pv, dv, o, dv, 1);
         favor__divide(mp, o, e * favor__dot(qf, z, w) + favor__sum(cb.a, np + 1), dv);
+        favor__out_done(out, h, 0, 1, o, ldo);
     }
 }
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv)
@@ -3108,25 +3326,27 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
 }
 
 /* the causal recurrence of key/value head g of st (and its query heads), with
- * chunk buffers cb */
+ * chunk buffers cb and row buffers at io */
 static void favor__extend_head(const favor__map *mp, favor_state *st, const favor_tensor *q,
                                const favor_tensor *k, const favor_tensor *v,
-                               const favor_tensor *out, size_t g, favor__chunk *cb)
+                               const favor_tensor *out, size_t g, favor__chunk *cb, float *io)
 {
     size_t grp = q->heads / st->heads, w = st->width;
     favor__qgroup qg;
-    qg.Q = q->data + g * grp * q->head_stride;
-    qg.qhs = q->head_stride;
-    qg.ldq = q->row_stride;
-    qg.O = out->data + g * grp * out->head_stride;
-    qg.ohs = out->head_stride;
-    qg.ldo = out->row_stride;
+    qg.q = q;
+    qg.o = out;
+    qg.k = k;
+    qg.v = v;
+    qg.h0 = g * grp;
     qg.count = grp;
+    qg.r0 = 0;
+    qg.g = g;
+    qg.kr0 = 0;
+    favor__qgroup_carve(&qg, io);
     if (favor__npend(st)) favor__pend_fold(mp, st, g, favor__npend(st), cb);
     cb->comp = st->comp + g * w * (st->dv + 1);
-    favor__lin_causal_run(mp, st->s + g * w * st->dv, st->z + g * w, st->c + g,
-                          k->data + g * k->head_stride, k->row_stride,
-                          v->data + g * v->head_stride, v->row_stride, q->rows, st->dv, qg, cb);
+    favor__lin_causal_run(mp, st->s + g * w * st->dv, st->z + g * w, st->c + g, q->rows,
+                          st->dv, &qg, cb);
 }
 
 FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const favor_state *st,
@@ -3134,14 +3354,15 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const fa
                                                const favor_tensor *v,
                                                const favor_options *opts)
 {
-    size_t slice;
-    (void)q;
-    (void)k;
-    (void)v;
-    if (!st || favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK)
+    favor__range r;
+    size_t slice, at;
+    if (!st || favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK ||
+        !q || !k || !v || favor__check_tensor(q, &r) != FAVOR_OK ||
+        favor__check_tensor(k, &r) != FAVOR_OK || favor__check_tensor(v, &r) != FAVOR_OK ||
+        k->cols != f->dim || v->cols != st->dv)
         return 0;
-    return favor__ws_bytes(
-        favor__slices(favor__linear_floats(f, st->dv, 0), favor__nthreads(opts), &slice));
+    return favor__ws_bytes(favor__slices(favor__linear_call_floats(f, q, k, v, 0, &at),
+                                         favor__nthreads(opts), &slice));
 }
 
 FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state *st,
@@ -3155,10 +3376,10 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
     float *ws;
     void *owned;
     long g;
-    size_t floats, nt, slice;
+    size_t floats, nt, slice, io;
     if ((s = favor__check_extend(f, st, q, k, v, out, opts, &sh)) != FAVOR_OK) return s;
     nt = favor__nthreads(opts);
-    if (!(floats = favor__slices(favor__linear_floats(f, sh.dv, 0), nt, &slice)))
+    if (!(floats = favor__slices(favor__linear_call_floats(f, q, k, v, 0, &io), nt, &slice)))
         return FAVOR_E_OVERFLOW;
     if ((s = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return s;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
@@ -3170,7 +3391,7 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
         float *mine = ws + FAVOR__TID() * slice;
         favor__chunk_carve(&cb, mine, FAVOR__CHUNK, st->width);
         cb.tile = mine + favor__chunk_floats(FAVOR__CHUNK, st->width);
-        favor__extend_head(&mp, st, q, k, v, out, (size_t)g, &cb);
+        favor__extend_head(&mp, st, q, k, v, out, (size_t)g, &cb, mine + io);
     }
     st->c[st->heads] = 0.0f; /* every head folded what was pending */
     st->tokens += sh.n;
@@ -3206,12 +3427,12 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
     X = scr.tile + (w > FAVOR__FOLD * st->dv ? w : FAVOR__FOLD * st->dv);
     favor__map_make(&mp, f, f->scale);
     for (g = 0; g < H; ++g) { /* one projection of every key and first query: W read once */
-        memcpy(X + 2 * g * d, k->data + g * k->head_stride, d * sizeof(float));
-        memcpy(X + (2 * g + 1) * d, q->data + g * grp * q->head_stride, d * sizeof(float));
+        favor__widen_rows(k, g, 0, 1, X + 2 * g * d, d);
+        favor__widen_rows(q, g * grp, 0, 1, X + (2 * g + 1) * d, d);
     }
     favor__phi_raw(&mp, X, d, 2 * H, F, w, R);
     for (g = 0; g < H; ++g)
-        favor__step_head(&mp, st, q, v, out, g, np, &scr, F + 2 * g * w, R + 2 * g);
+        favor__step_head(&mp, st, q, v, out, g, np, &scr, F + 2 * g * w, R + 2 * g, X);
     if (++np == FAVOR__PEND) { /* the block is full: into the compensated sums */
         for (g = 0; g < st->heads; ++g) favor__pend_fold(&mp, st, g, np, &scr);
         np = 0;
@@ -3219,6 +3440,71 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
     st->c[st->heads] = (float)np;
     st->tokens += 1;
     return FAVOR_OK;
+}
+
+/* Staging, for the backward passes: a key/value head's rows of every tensor of
+ * a call as fp32 views. An fp32 tensor is viewed in place (heads h0 .. h0 +
+ * count - 1); a 16-bit one gets a packed fp32 copy at *p (advanced past it),
+ * widened for an input, narrowed back by favor__unstage for an output, since a
+ * gradient row is summed over every query block and head before it is final.
+ * The backward kernels then run on fp32 views of one key/value head. */
+static size_t favor__stage_floats(const favor_tensor *t, size_t count)
+{
+    return favor__io_floats(t, t->rows) * count; /* <= the tensor's span: fits */
+}
+
+static favor_tensor favor__stage(const favor_tensor *t, size_t h0, size_t count, int input,
+                                 float **p)
+{
+    favor_tensor v = *t;
+    size_t h;
+    v.heads = count;
+    v.dtype = FAVOR_F32;
+    if (t->dtype == FAVOR_F32) {
+        v.data = favor__at(t, h0, 0);
+        return v;
+    }
+    v.data = *p;
+    v.row_stride = t->cols;
+    v.head_stride = t->rows * t->cols;
+    for (h = 0; input && h < count; ++h)
+        favor__widen_rows(t, h0 + h, 0, t->rows, *p + h * v.head_stride, t->cols);
+    *p += count * v.head_stride;
+    return v;
+}
+
+static void favor__unstage(const favor_tensor *t, size_t h0, const favor_tensor *v)
+{
+    size_t h;
+    for (h = 0; t->dtype != FAVOR_F32 && h < v->heads; ++h)
+        favor__out_done(t, h0 + h, 0, t->rows, (const float *)v->data + h * v->head_stride,
+                        v->row_stride);
+}
+
+/* per-thread staging floats of a backward call (out may be NULL); with
+ * any16: as if every tensor were 16-bit (the workspace queries, which see only
+ * q, k and v, when one of them is) */
+static size_t favor__bwd_stage_floats(const favor_tensor *q, const favor_tensor *k,
+                                      const favor_tensor *v, const favor_tensor *out,
+                                      const favor_tensor *dout, const favor_tensor *dq,
+                                      const favor_tensor *dk, const favor_tensor *dv,
+                                      int any16)
+{
+    const favor_tensor *t[8];
+    size_t grp = q->heads / k->heads, all = 0, qn, vn, kv, i;
+    if (any16) { /* q, dq: grp n d; out, dout: grp n dv; k, dk: n_k d; v, dv: n_k dv */
+        if (!favor__mul_ok(grp, q->rows, &qn) || !favor__mul_ok(qn, v->cols, &vn) ||
+            !favor__mul_ok(qn, q->cols, &qn) || !favor__mul_ok(k->rows, k->cols + v->cols, &kv) ||
+            !favor__add_ok(qn, vn, &all) || !favor__add_ok(all, kv, &all) ||
+            !favor__mul_ok(all, 2, &all))
+            return SIZE_MAX;
+        return all;
+    }
+    t[0] = q; t[1] = dout; t[2] = dq; t[3] = out; t[4] = k; t[5] = v; t[6] = dk; t[7] = dv;
+    for (i = 0; i < 8; ++i)
+        if (t[i] && !favor__add_ok(all, favor__stage_floats(t[i], i < 4 ? grp : 1), &all))
+            return SIZE_MAX;
+    return all;
 }
 
 /* 4.12 Backward passes ----------------------------------------------------------
@@ -3266,7 +3552,7 @@ static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K,
         }
         for (j0 = 0; j0 < kend; j0 += BK) {
             size_t nb = kend - j0 < BK ? kend - j0 : BK;
-            favor__softmax_scores(K, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
+            favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
             favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
         }
         for (r = 0; r < nq; ++r) L[r] = favor__softmax_lse(m[r], l[r]);
@@ -3280,7 +3566,7 @@ static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K,
         D[r] = r < nq ? favor__dot(G + (i0 + r) * ldg, O + (i0 + r) * ldo, dv) : 0.0f;
     for (j0 = 0; j0 < kend; j0 += BK) {
         size_t j, nb = kend - j0 < BK ? kend - j0 : BK;
-        favor__softmax_scores(K, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
+        favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
         for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, L, BQ); /* P^T */
         favor__gemm(nb, BQ, dv, V + j0 * ldv, ldv, 1, Gt, BQ, dPt, BQ, 0);
         for (j = 0; j < nb; ++j) favor__dsoftmax(dPt + j * BQ, St + j * BQ, D, s, BQ);
@@ -3301,19 +3587,79 @@ static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K,
     }
 }
 
+/* 1 when q, k or v is 16-bit: the backward workspace queries then count staging
+ * for every tensor of the call */
+static int favor__any16(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v)
+{
+    return q->dtype != FAVOR_F32 || k->dtype != FAVOR_F32 || v->dtype != FAVOR_F32;
+}
+
+/* per-thread floats of a softmax backward: its tiles, then the staging */
+static size_t favor__softmax_bwd_call_floats(const favor_tensor *q, const favor_tensor *k,
+                                             const favor_tensor *v, const favor_tensor *out,
+                                             const favor_tensor *dout, const favor_tensor *dq,
+                                             const favor_tensor *dk, const favor_tensor *dv,
+                                             int any16)
+{
+    size_t a = favor__softmax_bwd_floats(q->cols, v->cols);
+    size_t b = favor__bwd_stage_floats(q, k, v, out, dout, dq, dk, dv, any16);
+    return a && favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
+}
+
 FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *q,
                                                             const favor_tensor *k,
                                                             const favor_tensor *v,
                                                             const favor_options *opts)
 {
     favor__range r;
-    size_t floats, slice;
-    (void)k;
-    if (favor__check_options(opts) != FAVOR_OK || !q || !v ||
-        favor__check_tensor(q, &r) != FAVOR_OK || favor__check_tensor(v, &r) != FAVOR_OK)
+    size_t slice;
+    if (favor__check_options(opts) != FAVOR_OK || !q || !k || !v ||
+        favor__check_tensor(q, &r) != FAVOR_OK || favor__check_tensor(k, &r) != FAVOR_OK ||
+        favor__check_tensor(v, &r) != FAVOR_OK || q->heads % k->heads)
         return 0;
-    if (!(floats = favor__softmax_bwd_floats(q->cols, v->cols))) return 0;
-    return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
+    return favor__ws_bytes(favor__slices(
+        favor__softmax_bwd_call_floats(q, k, v, q, q, q, k, v, favor__any16(q, k, v)),
+        favor__nthreads(opts), &slice));
+}
+
+/* key/value head hk of a softmax backward, on fp32 views of its rows */
+static void favor__softmax_bwd_head(const favor_tensor *q, const favor_tensor *k,
+                                    const favor_tensor *v, const favor_tensor *out,
+                                    const favor_tensor *dout, const favor_tensor *dq,
+                                    const favor_tensor *dk, const favor_tensor *dv,
+                                    const favor_options *opts, const favor__shape *sh, size_t hk,
+                                    float *ws)
+{
+    size_t grp = sh->hq / sh->hkv, t, i0, j;
+    float s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh->d));
+    int causal = opts && (opts->flags & FAVOR_CAUSAL);
+    float *p = ws + favor__softmax_bwd_floats(sh->d, sh->dv), *DK, *DV;
+    favor_tensor Q = favor__stage(q, hk * grp, grp, 1, &p), O = favor__stage(out, hk * grp, grp, 1, &p);
+    favor_tensor G = favor__stage(dout, hk * grp, grp, 1, &p);
+    favor_tensor DQ = favor__stage(dq, hk * grp, grp, 0, &p);
+    favor_tensor K = favor__stage(k, hk, 1, 1, &p), V = favor__stage(v, hk, 1, 1, &p);
+    favor_tensor GK = favor__stage(dk, hk, 1, 0, &p), GV = favor__stage(dv, hk, 1, 0, &p);
+    DK = (float *)GK.data;
+    DV = (float *)GV.data;
+    for (j = 0; j < sh->nk; ++j) {
+        memset(DK + j * GK.row_stride, 0, sh->d * sizeof(float));
+        memset(DV + j * GV.row_stride, 0, sh->dv * sizeof(float));
+    }
+    for (t = 0; t < grp; ++t) {
+        size_t h = hk * grp + t;
+        for (i0 = 0; i0 < sh->n; i0 += FAVOR__BQ)
+            favor__softmax_bwd_block(
+                (const float *)Q.data + t * Q.head_stride, Q.row_stride, (const float *)K.data,
+                K.row_stride, (const float *)V.data, V.row_stride,
+                (const float *)O.data + t * O.head_stride, O.row_stride,
+                (const float *)G.data + t * G.head_stride, G.row_stride,
+                (float *)DQ.data + t * DQ.head_stride, DQ.row_stride, DK, GK.row_stride, DV,
+                GV.row_stride, opts && opts->lse ? opts->lse + h * sh->n : NULL, sh->n, sh->nk,
+                sh->d, sh->dv, s, causal, i0, ws);
+    }
+    favor__unstage(dq, hk * grp, &DQ);
+    favor__unstage(dk, hk, &GK);
+    favor__unstage(dv, hk, &GV);
 }
 
 FAVOR_API favor_status favor_softmax_attention_backward(
@@ -3323,45 +3669,25 @@ FAVOR_API favor_status favor_softmax_attention_backward(
 {
     favor__shape sh;
     favor_status st;
-    float *ws, s;
+    float *ws;
     void *owned;
-    int causal;
     long g;
-    size_t grp, floats, nt, slice;
+    size_t floats, nt, slice;
     if ((st = favor__check_backward(q, k, v, out, dout, dq, dk, dv, 1, &sh)) != FAVOR_OK)
         return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
-    if (!(floats = favor__softmax_bwd_floats(sh.d, sh.dv))) return FAVOR_E_OVERFLOW;
     nt = favor__nthreads(opts);
-    if (!(floats = favor__slices(floats, nt, &slice))) return FAVOR_E_OVERFLOW;
+    if (!(floats = favor__softmax_bwd_call_floats(q, k, v, out, dout, dq, dk, dv, 0)) ||
+        !(floats = favor__slices(floats, nt, &slice)))
+        return FAVOR_E_OVERFLOW;
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
-    s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
-    causal = opts && (opts->flags & FAVOR_CAUSAL);
-    grp = sh.hq / sh.hkv;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
-    for (g = 0; g < (long)sh.hkv; ++g) {
-        size_t t, i0, j, hk = (size_t)g;
-        float *DK = dk->data + hk * dk->head_stride, *DV = dv->data + hk * dv->head_stride;
-        for (j = 0; j < sh.nk; ++j) {
-            memset(DK + j * dk->row_stride, 0, sh.d * sizeof(float));
-            memset(DV + j * dv->row_stride, 0, sh.dv * sizeof(float));
-        }
-        for (t = 0; t < grp; ++t) {
-            size_t h = hk * grp + t;
-            for (i0 = 0; i0 < sh.n; i0 += FAVOR__BQ)
-                favor__softmax_bwd_block(
-                    q->data + h * q->head_stride, q->row_stride, k->data + hk * k->head_stride,
-                    k->row_stride, v->data + hk * v->head_stride, v->row_stride,
-                    out->data + h * out->head_stride, out->row_stride,
-                    dout->data + h * dout->head_stride, dout->row_stride,
-                    dq->data + h * dq->head_stride, dq->row_stride, DK, dk->row_stride, DV,
-                    dv->row_stride, opts && opts->lse ? opts->lse + h * sh.n : NULL, sh.n, sh.nk,
-                    sh.d, sh.dv, s, causal, i0, ws + FAVOR__TID() * slice);
-        }
-    }
+    for (g = 0; g < (long)sh.hkv; ++g)
+        favor__softmax_bwd_head(q, k, v, out, dout, dq, dk, dv, opts, &sh, (size_t)g,
+                                ws + FAVOR__TID() * slice);
     favor__ws_put(owned);
     return FAVOR_OK;
 }
@@ -3639,7 +3965,7 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
                                    const favor__shape *sh, size_t hk, favor__bwd *b)
 {
     size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j0;
-    const float *K = x->k->data + hk * x->k->head_stride, *V = x->v->data + hk * x->v->head_stride;
+    const float *K = (float *)x->k->data + hk * x->k->head_stride, *V = (float *)x->v->data + hk * x->v->head_stride;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
     float c = -INFINITY, lam[2] = { 0.0f, INFINITY };
     memset(b->S, 0, (2 * w * dv + 2 * w) * sizeof(float)); /* S, z, R, rz */
@@ -3648,9 +3974,9 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
                           sh->nk - j0 < C ? sh->nk - j0 : C, dv, &b->cb);
     for (t = 0; t < grp; ++t) {
         size_t h = hk * grp + t;
-        const float *Q = x->q->data + h * x->q->head_stride;
-        const float *G = x->g->data + h * x->g->head_stride;
-        float *DQ = x->dq->data + h * x->dq->head_stride;
+        const float *Q = (float *)x->q->data + h * x->q->head_stride;
+        const float *G = (float *)x->g->data + h * x->g->head_stride;
+        float *DQ = (float *)x->dq->data + h * x->dq->head_stride;
         size_t ldq = x->q->row_stride, ldg = x->g->row_stride, lddq = x->dq->row_stride;
         for (i = 0; i < sh->n; i += C) {
             size_t r, nr = sh->n - i < C ? sh->n - i : C;
@@ -3681,8 +4007,8 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
     }
     for (j0 = 0; j0 < sh->nk; j0 += C) {
         size_t j, nr = sh->nk - j0 < C ? sh->nk - j0 : C;
-        float *DV = x->dv->data + hk * x->dv->head_stride + j0 * x->dv->row_stride;
-        float *DK = x->dk->data + hk * x->dk->head_stride + j0 * x->dk->row_stride;
+        float *DV = (float *)x->dv->data + hk * x->dv->head_stride + j0 * x->dv->row_stride;
+        float *DK = (float *)x->dk->data + hk * x->dk->head_stride + j0 * x->dk->row_stride;
         favor__phi_raw(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->cb.rk);
         for (j = 0; j < nr; ++j) b->cb.mk[j] = c;
         favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
@@ -3702,16 +4028,16 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
 {
     size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
-    const float *K = x->k->data + hk * x->k->head_stride + kr * ldk;
-    const float *V = x->v->data + hk * x->v->head_stride + kr * ldv;
+    const float *K = (float *)x->k->data + hk * x->k->head_stride + kr * ldk;
+    const float *V = (float *)x->v->data + hk * x->v->head_stride + kr * ldv;
     float mrun;
     int rising = favor__chunk_keys(mp, *c, K, ldk, nr, &b->cb, &mrun);
     favor__transpose(nr, dv, V, ldv, b->vt, C);
     for (t = 0; t < grp; ++t) {
         size_t h = hk * grp + t, ldq = x->q->row_stride, ldg = x->g->row_stride;
-        const float *Q = x->q->data + h * x->q->head_stride + r0 * ldq;
-        const float *G = x->g->data + h * x->g->head_stride + r0 * ldg;
-        float *DQ = x->dq->data + h * x->dq->head_stride + r0 * x->dq->row_stride;
+        const float *Q = (float *)x->q->data + h * x->q->head_stride + r0 * ldq;
+        const float *G = (float *)x->g->data + h * x->g->head_stride + r0 * ldg;
+        float *DQ = (float *)x->dq->data + h * x->dq->head_stride + r0 * x->dq->row_stride;
         favor__chunk_scores(mp, *c, b->z, Q, ldq, nr, rising, &b->cb);
         favor__transpose(nr, dv, G, ldg, b->gt, C);
         favor__bwd_state_times(mp, b, b->S, b->gt, nr, dv, b->dphi); /* u_i = S g_i */
@@ -3755,10 +4081,10 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
 {
     size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride, lddv = x->dv->row_stride;
-    const float *K = x->k->data + hk * x->k->head_stride + kr * ldk;
-    const float *V = x->v->data + hk * x->v->head_stride + kr * ldv;
-    float *DV = x->dv->data + hk * x->dv->head_stride + kr * lddv;
-    float *DK = x->dk->data + hk * x->dk->head_stride + kr * x->dk->row_stride;
+    const float *K = (float *)x->k->data + hk * x->k->head_stride + kr * ldk;
+    const float *V = (float *)x->v->data + hk * x->v->head_stride + kr * ldv;
+    float *DV = (float *)x->dv->data + hk * x->dv->head_stride + kr * lddv;
+    float *DK = (float *)x->dk->data + hk * x->dk->head_stride + kr * x->dk->row_stride;
     float lo[2] = { 0.0f, INFINITY };
     for (t = 0; t < grp; ++t) { /* the rows' stash, before their dk/dv rows are written */
         for (i = 0; i < nr; ++i) {
@@ -3774,8 +4100,8 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
     favor__bwd_keys_from_sums(mp, b, DV, lddv, nr, dv);
     for (t = 0; t < grp; ++t) {
         size_t h = hk * grp + t, ldq = x->q->row_stride, ldg = x->g->row_stride;
-        const float *Q = x->q->data + h * x->q->head_stride + r0 * ldq;
-        const float *G = x->g->data + h * x->g->head_stride + r0 * ldg;
+        const float *Q = (float *)x->q->data + h * x->q->head_stride + r0 * ldq;
+        const float *G = (float *)x->g->data + h * x->g->head_stride + r0 * ldg;
         favor__phi_raw(mp, Q, ldq, nr, b->cb.qf, w, b->cb.rq);
         favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
         favor__bwd_weigh(b, b->rows + t * C * 3, G, ldg, nr, dv, lam);
@@ -3800,8 +4126,8 @@ static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args
     size_t w = mp->width, dv = sh->dv, d = sh->d, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride, lddv = x->dv->row_stride;
     size_t pre = 0, skip = 0, L, t, i, j0, t0, step;
-    const float *K = x->k->data + hk * x->k->head_stride, *V = x->v->data + hk * x->v->head_stride;
-    float *DK = x->dk->data + hk * x->dk->head_stride, *DV = x->dv->data + hk * x->dv->head_stride;
+    const float *K = (float *)x->k->data + hk * x->k->head_stride, *V = (float *)x->v->data + hk * x->v->head_stride;
+    float *DK = (float *)x->dk->data + hk * x->dk->head_stride, *DV = (float *)x->dv->data + hk * x->dv->head_stride;
     float c = -INFINITY, lam[2] = { 0.0f, INFINITY };
     favor__stash sto;
     sto.dk = DK;
@@ -3820,7 +4146,7 @@ static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args
     for (t = 0; t < grp; ++t) { /* rows that see nothing: zero gradient */
         size_t h = hk * grp + t;
         for (i = 0; i < skip; ++i)
-            memset(x->dq->data + h * x->dq->head_stride + i * x->dq->row_stride, 0,
+            memset((float *)x->dq->data + h * x->dq->head_stride + i * x->dq->row_stride, 0,
                    d * sizeof(float));
     }
     for (j0 = 0; j0 < pre; j0 += C) /* keys every row sees: absorbed as in the forward */
@@ -3844,6 +4170,18 @@ static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args
     }
 }
 
+/* per-thread floats of a linear backward: the kernel's, then the staging */
+static size_t favor__linear_bwd_call_floats(const favor_features *f, const favor_tensor *q,
+                                            const favor_tensor *k, const favor_tensor *v,
+                                            const favor_tensor *dout, const favor_tensor *dq,
+                                            const favor_tensor *dk, const favor_tensor *dv,
+                                            int causal, int any16)
+{
+    size_t a = favor__linear_bwd_floats(f, q->heads / k->heads, f->dim, v->cols, q->rows, causal);
+    size_t b = favor__bwd_stage_floats(q, k, v, NULL, dout, dq, dk, dv, any16);
+    return a && favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
+}
+
 FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features *f,
                                                            const favor_tensor *q,
                                                            const favor_tensor *k,
@@ -3857,8 +4195,9 @@ FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features 
         favor__check_tensor(k, &r) != FAVOR_OK || favor__check_tensor(v, &r) != FAVOR_OK ||
         q->heads % k->heads != 0)
         return 0;
-    floats = favor__linear_bwd_floats(f, q->heads / k->heads, f->dim, v->cols, q->rows,
-                                      opts && (opts->flags & FAVOR_CAUSAL));
+    floats = favor__linear_bwd_call_floats(f, q, k, v, q, q, k, v,
+                                           opts && (opts->flags & FAVOR_CAUSAL),
+                                           favor__any16(q, k, v));
     return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
 }
 
@@ -3869,13 +4208,12 @@ FAVOR_API favor_status favor_linear_attention_backward(
 {
     favor__shape sh;
     favor__map mp;
-    favor__bwd_args x;
     favor_status st;
     float *ws;
     void *owned;
     int causal, in_ws;
     long g;
-    size_t floats, nt, slice, grp;
+    size_t floats, nt, slice, grp, kern;
     if (!f) return FAVOR_E_NULL;
     if ((st = favor__check_backward(q, k, v, NULL, dout, dq, dk, dv, 0, &sh)) != FAVOR_OK)
         return st;
@@ -3893,26 +4231,38 @@ FAVOR_API favor_status favor_linear_attention_backward(
     grp = sh.hq / sh.hkv;
     in_ws = causal && favor__stash_in_ws(grp, sh.d, sh.dv);
     nt = favor__nthreads(opts);
-    if (!(floats = favor__linear_bwd_floats(f, grp, sh.d, sh.dv, sh.n, causal)) ||
+    kern = favor__linear_bwd_floats(f, grp, sh.d, sh.dv, sh.n, causal);
+    if (!(floats = favor__linear_bwd_call_floats(f, q, k, v, dout, dq, dk, dv, causal, 0)) ||
         !(floats = favor__slices(floats, nt, &slice)))
         return FAVOR_E_OVERFLOW;
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
-    x.q = q;
-    x.k = k;
-    x.v = v;
-    x.g = dout;
-    x.dq = dq;
-    x.dk = dk;
-    x.dv = dv;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
     for (g = 0; g < (long)sh.hkv; ++g) {
+        /* the kernels run on fp32 views of this key/value head (favor__stage) */
+        size_t hk = (size_t)g;
+        float *mine = ws + FAVOR__TID() * slice, *p = mine + kern;
+        favor_tensor Q = favor__stage(q, hk * grp, grp, 1, &p), G = favor__stage(dout, hk * grp, grp, 1, &p);
+        favor_tensor DQ = favor__stage(dq, hk * grp, grp, 0, &p);
+        favor_tensor K = favor__stage(k, hk, 1, 1, &p), V = favor__stage(v, hk, 1, 1, &p);
+        favor_tensor DK = favor__stage(dk, hk, 1, 0, &p), DV = favor__stage(dv, hk, 1, 0, &p);
+        favor__bwd_args x;
         favor__bwd b;
-        favor__bwd_carve(&b, ws + FAVOR__TID() * slice, mp.width, sh.dv, grp, in_ws);
-        if (causal) favor__linear_bwd_causal(&mp, &x, &sh, (size_t)g, &b);
-        else favor__linear_bwd_full(&mp, &x, &sh, (size_t)g, &b);
+        x.q = &Q;
+        x.k = &K;
+        x.v = &V;
+        x.g = &G;
+        x.dq = &DQ;
+        x.dk = &DK;
+        x.dv = &DV;
+        favor__bwd_carve(&b, mine, mp.width, sh.dv, grp, in_ws);
+        if (causal) favor__linear_bwd_causal(&mp, &x, &sh, 0, &b);
+        else favor__linear_bwd_full(&mp, &x, &sh, 0, &b);
+        favor__unstage(dq, hk * grp, &DQ);
+        favor__unstage(dk, hk, &DK);
+        favor__unstage(dv, hk, &DV);
     }
     favor__ws_put(owned);
     return FAVOR_OK;

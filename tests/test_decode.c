@@ -184,8 +184,8 @@ static int rows_identical(const favor_tensor *a, const favor_tensor *b, size_t r
     size_t h, i;
     for (h = 0; h < a->heads; ++h)
         for (i = 0; i < rows; ++i)
-            if (memcmp(a->data + h * a->head_stride + i * a->row_stride,
-                       b->data + h * b->head_stride + i * b->row_stride,
+            if (memcmp((float *)a->data + h * a->head_stride + i * a->row_stride,
+                       (float *)b->data + h * b->head_stride + i * b->row_stride,
                        a->cols * sizeof(float)) != 0)
                 return 0;
     return 1;
@@ -350,6 +350,7 @@ static int run_shared_cache(size_t hq, size_t hkv, size_t n, size_t nk, size_t c
     qo0 = (float *)xmalloc(n * wq * sizeof *qo0);
     memcpy(kv0, kv, cap * wc * sizeof *kv);
     memcpy(qo0, qo, n * wq * sizeof *qo);
+    Q.dtype = K.dtype = V.dtype = O.dtype = FAVOR_F32;
     K.data = kv;
     K.heads = hkv; K.rows = nk; K.cols = d; K.head_stride = d; K.row_stride = wc;
     V.data = kv + hkv * d;
@@ -672,7 +673,7 @@ static void set_row(const favor_tensor *t, size_t j, float x)
 {
     size_t h, c;
     for (h = 0; h < t->heads; ++h)
-        for (c = 0; c < t->cols; ++c) t->data[h * t->head_stride + j * t->row_stride + c] = x;
+        for (c = 0; c < t->cols; ++c) ((float *)t->data)[h * t->head_stride + j * t->row_stride + c] = x;
 }
 
 static void test_decode_no_future_dependence(void **state)
@@ -728,8 +729,8 @@ static void test_decode_no_future_dependence(void **state)
                         if (memcmp(l0 + DC_GUARD + h * n, l1 + DC_GUARD + h * n,
                                    clean * sizeof(float)) != 0)
                             lse_same = 0;
-                        if (memcmp(O0.t.data + h * O0.t.head_stride + (n - 1) * O0.t.row_stride,
-                                   O1.t.data + h * O1.t.head_stride + (n - 1) * O1.t.row_stride,
+                        if (memcmp((float *)O0.t.data + h * O0.t.head_stride + (n - 1) * O0.t.row_stride,
+                                   (float *)O1.t.data + h * O1.t.head_stride + (n - 1) * O1.t.row_stride,
                                    dv * sizeof(float)) != 0)
                             last_changed = 1;
                     }

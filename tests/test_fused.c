@@ -52,6 +52,7 @@ static void fused_make(fused *fz, int per_head, int shifted, size_t shift, tu_rn
         t->cols = part_cols[i];
         t->head_stride = per_head ? block : part_cols[i];
         t->row_stride = row;
+        t->dtype = FAVOR_F32;
     }
 }
 
@@ -65,8 +66,8 @@ static favor_tensor packed_copy(const favor_tensor *t)
     assert_non_null(p.data);
     for (h = 0; h < t->heads; ++h)
         for (r = 0; r < t->rows; ++r)
-            memcpy(p.data + h * p.head_stride + r * p.row_stride,
-                   t->data + h * t->head_stride + r * t->row_stride, t->cols * sizeof(float));
+            memcpy((float *)p.data + h * p.head_stride + r * p.row_stride,
+                   (float *)t->data + h * t->head_stride + r * t->row_stride, t->cols * sizeof(float));
     return p;
 }
 
@@ -98,7 +99,7 @@ static int others_untouched(const fused *fz, const float *before, unsigned writt
         for (h = 0; h < t->heads; ++h)
             for (r = 0; r < t->rows; ++r)
                 for (c = 0; c < t->cols; ++c)
-                    mark[(size_t)(t->data - fz->buf) + h * t->head_stride + r * t->row_stride +
+                    mark[(size_t)((float *)t->data - fz->buf) + h * t->head_stride + r * t->row_stride +
                          c] = 1;
     }
     for (i = 0; i < fz->floats; ++i)

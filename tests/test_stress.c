@@ -1316,10 +1316,10 @@ static favor_status run_form(int form, const favor_features *f, const prob *p, f
         for (b = 0; b < nb && s == FAVOR_OK; ++b) {
             size_t rows = form == F_EXTEND ? blocks[b] : 1;
             favor_tensor q = Q, k = K, v = V, out = O;
-            q.data += r0 * q.row_stride;
-            k.data += r0 * k.row_stride;
-            v.data += r0 * v.row_stride;
-            out.data += r0 * out.row_stride;
+            q.data = (float *)q.data + r0 * q.row_stride;
+            k.data = (float *)k.data + r0 * k.row_stride;
+            v.data = (float *)v.data + r0 * v.row_stride;
+            out.data = (float *)out.data + r0 * out.row_stride;
             q.rows = k.rows = v.rows = out.rows = rows;
             s = form == F_EXTEND ? favor_linear_extend(f, &st, &q, &k, &v, &out, NULL)
                                  : favor_linear_step(f, &st, &q, &k, &v, &out);

@@ -60,10 +60,10 @@ static int run_all(int threads, const float *q, const float *k, const float *v, 
         o1 = favor_tensor_packed(out + 12 * per_call, H, N, DV);
         q1.rows = k1.rows = v1.rows = o1.rows = 100;
         if (favor_linear_extend(&f, &st, &q1, &k1, &v1, &o1, &o) != FAVOR_OK) return 1;
-        q1.data += 100 * D;
-        k1.data += 100 * D;
-        v1.data += 100 * DV;
-        o1.data += 100 * DV;
+        q1.data = (float *)q1.data + 100 * D;
+        k1.data = (float *)k1.data + 100 * D;
+        v1.data = (float *)v1.data + 100 * DV;
+        o1.data = (float *)o1.data + 100 * DV;
         q1.rows = k1.rows = v1.rows = o1.rows = N - 100;
         if (favor_linear_extend(&f, &st, &q1, &k1, &v1, &o1, &o) != FAVOR_OK) return 1;
         free(sto);

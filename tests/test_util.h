@@ -63,13 +63,13 @@ static inline double *tu_tensor_to_double(const favor_tensor *t)
     for (h = 0; h < t->heads; ++h)
         for (r = 0; r < t->rows; ++r)
             for (c = 0; c < t->cols; ++c)
-                p[i++] = t->data[h * t->head_stride + r * t->row_stride + c];
+                p[i++] = ((float *)t->data)[h * t->head_stride + r * t->row_stride + c];
     return p;
 }
 
 static inline float tu_at(const favor_tensor *t, size_t h, size_t r, size_t c)
 {
-    return t->data[h * t->head_stride + r * t->row_stride + c];
+    return ((float *)t->data)[h * t->head_stride + r * t->row_stride + c];
 }
 
 /* max |t - ref| over a strided tensor and a packed double array. */

@@ -416,8 +416,8 @@ static void check_alias(op_kind op)
         for (variant = 0; variant < 3; ++variant) {
             op_tensors(op, t);
             if (variant == 0) t[3].data = t[role].data;
-            else if (variant == 1) t[3].data = t[role].data + 1;
-            else t[3].data = t[role].data + span - 1;
+            else if (variant == 1) t[3].data = (float *)t[role].data + 1;
+            else t[3].data = (float *)t[role].data + span - 1;
             snprintf(lbuf, sizeof lbuf, "%s: out overlaps %s (variant %zu)", op_names[op],
                      role == 0 ? "q" : role == 1 ? "k" : "v", variant);
             EXPECT(lbuf, FAVOR_E_ALIAS, run_op(op, t, NULL));
@@ -943,7 +943,7 @@ static void test_feature_map(void **state)
     FMAP("feature_map: ELU1 valid", FAVOR_OK, &Felu, &x, &p, FAVOR_PLAIN);
     /* aliasing */
     x = Tq, p = Tphi;
-    p.data = x.data + 3;
+    p.data = (float *)x.data + 3;
     FMAP("feature_map: phi overlaps x", FAVOR_E_ALIAS, &F, &x, &p, FAVOR_QUERY);
     x = Tq, p = Tphi;
     p.data = F.w + 1;

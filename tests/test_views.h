@@ -68,6 +68,7 @@ static inline void tv_make(tv_buf *b, size_t heads, size_t rows, size_t cols,
     b->t.cols = cols;
     b->t.head_stride = hs;
     b->t.row_stride = rs;
+    b->t.dtype = FAVOR_F32;
 }
 
 static inline void tv_free(tv_buf *b)
@@ -127,7 +128,7 @@ static inline double tv_max_abs(const tv_buf *b)
 static inline favor_tensor tv_rows(const favor_tensor *t, size_t r0, size_t rows)
 {
     favor_tensor v = *t;
-    v.data = t->data + r0 * t->row_stride;
+    v.data = (float *)t->data + r0 * t->row_stride;
     v.rows = rows;
     return v;
 }

@@ -125,8 +125,8 @@ int main()
         Qa.rows = Ka.rows = Va.rows = Oa.rows = N - 1;
         check(favor_linear_extend_workspace(&pos, &S, &Qa, &Ka, &Va, &opt) > 0, "extend workspace");
         check(favor_linear_extend(&pos, &S, &Qa, &Ka, &Va, &Oa, &opt) == FAVOR_OK, "extend");
-        Qa.data += (N - 1) * D; Ka.data += (N - 1) * D; Va.data += (N - 1) * DV;
-        Oa.data += (N - 1) * DV;
+        Qa.data = (float *)Qa.data + (N - 1) * D; Ka.data = (float *)Ka.data + (N - 1) * D; Va.data = (float *)Va.data + (N - 1) * DV;
+        Oa.data = (float *)Oa.data + (N - 1) * DV;
         Qa.rows = Ka.rows = Va.rows = Oa.rows = 1;
         check(favor_linear_step(&pos, &S, &Qa, &Ka, &Va, &Oa) == FAVOR_OK, "step");
         double e = 0, big = 0;

@@ -365,7 +365,7 @@ static int rows_overlap(const favor_tensor *t)
     return res;
 }
 
-#define VAT(v, h, r, c) ((v)->t.data + (h) * (v)->t.head_stride + (r) * (v)->t.row_stride + (c))
+#define VAT(v, h, r, c) ((float *)(v)->t.data + (h) * (v)->t.head_stride + (r) * (v)->t.row_stride + (c))
 
 /* ------------------------------------------------------------------------ */
 /* Decoding small numbers                                                   */
@@ -1549,7 +1549,7 @@ static void op_softmax(fz_rd *r, unsigned hflags)
             size_t h, i;
             for (h = 0; h < a.q->t.heads; ++h)
                 for (i = 0; i < a.q->t.rows; ++i) {
-                    float l = a.lse->t.data[h * a.q->t.rows + i];
+                    float l = ((float *)a.lse->t.data)[h * a.q->t.rows + i];
                     size_t vis = causal ? visible(i, a.q->t.rows, a.k->t.rows) : a.k->t.rows;
                     if ((vis == 0) != (l == -INFINITY) && (fin || vis == 0))
                         FZ_FAIL("softmax: lse[%zu][%zu] = %g for a row that sees %zu keys", h, i, (double)l, vis);
@@ -1600,7 +1600,7 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
     fill_views(r);
     if (a.lse && a.lse->mem_ok) { /* lse floats as a payload: in promise only when consistent */
         size_t i;
-        for (i = 0; i < lse_n; ++i) a.lse->t.data[i] = gen_value(r, a.lse, i & 7);
+        for (i = 0; i < lse_n; ++i) ((float *)a.lse->t.data)[i] = gen_value(r, a.lse, i & 7);
         a.lse->inprom = 0;
     }
     if ((hflags & 2) && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok) {

@@ -177,18 +177,18 @@ static int run_step(int which, results *r, int own)
         q1.rows = k1.rows = v1.rows = o1.rows = split;
         opts_make(&x, FAVOR_CAUSAL, favor_linear_extend_workspace(&g_fpos, &s, &q1, &k1, &v1, NULL), own);
         st |= favor_linear_extend(&g_fpos, &s, &q1, &k1, &v1, &o1, &x.o) != FAVOR_OK;
-        q1.data += split * D;
-        k1.data += split * D;
-        v1.data += split * DVV;
-        o1.data += split * DVV;
+        q1.data = (float *)q1.data + split * D;
+        k1.data = (float *)k1.data + split * D;
+        v1.data = (float *)v1.data + split * DVV;
+        o1.data = (float *)o1.data + split * DVV;
         q1.rows = k1.rows = v1.rows = o1.rows = N - split - 10;
         st |= favor_linear_extend(&g_fpos, &s, &q1, &k1, &v1, &o1, own ? &x.o : NULL) != FAVOR_OK;
         for (t = N - 10; t < N; ++t) {
             favor_tensor qs = Q, ks = K, vs = V, os = T(r->ext, HQ, N, DVV);
-            qs.data += t * D;
-            ks.data += t * D;
-            vs.data += t * DVV;
-            os.data += t * DVV;
+            qs.data = (float *)qs.data + t * D;
+            ks.data = (float *)ks.data + t * D;
+            vs.data = (float *)vs.data + t * DVV;
+            os.data = (float *)os.data + t * DVV;
             qs.rows = ks.rows = vs.rows = os.rows = 1;
             st |= favor_linear_step(&g_fpos, &s, &qs, &ks, &vs, &os) != FAVOR_OK;
         }
