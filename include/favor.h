@@ -35,8 +35,9 @@
  *     3. declarations                PRNG and sampling, micro-kernels, operations,
  *                                    validation helpers
  *
- * TENSORS. Every matrix is fp32, viewed as [heads][rows][cols]: element (h, r, c)
- * is data[h*head_stride + r*row_stride + c]. Columns are contiguous. Rows and heads
+ * TENSORS. Every matrix is a view [heads][rows][cols] of elements of its dtype
+ * (ELEMENT TYPES below): element (h, r, c) is element number
+ * h*head_stride + r*row_stride + c from data. Columns are contiguous. Rows and heads
  * may interleave (a [tokens][heads*dim] buffer is head_stride = dim,
  * row_stride = heads*dim), but no two (head, row) rows may overlap: the smaller
  * stride must cover a row and the larger all rows of the smaller (layouts that
@@ -49,6 +50,20 @@
  * buffer are fine. Outputs are accepted when their bytes are disjoint from the
  * others' by span, or by residue modulo a common row or head stride; a layout
  * this cannot prove disjoint is refused (FAVOR_E_ALIAS).
+ *
+ * ELEMENT TYPES. favor_tensor.dtype is FAVOR_F32 (float; 0, so a zero-initialized
+ * or favor_tensor_packed view is fp32), FAVOR_F16 (IEEE binary16) or FAVOR_BF16
+ * (bfloat16), both stored as 16-bit words (uint16_t; _Float16 and __bf16 arrays
+ * have the same bits). Q, K, V, out, dout and the gradients, and favor_feature_map's
+ * x and phi, may each have any of the three types, in any mix; strides count
+ * elements of the tensor's own type. W, the recurrent state, lse and all
+ * arithmetic stay fp32: 16-bit rows are widened exactly as a tile enters a kernel
+ * (no fp32 copy of a whole tensor, except that a backward pass stages one
+ * key/value head at a time: see WORKSPACE), and a 16-bit output is its fp32
+ * result rounded once, to nearest even (fp16: overflow to +-inf, subnormals;
+ * NaN stays NaN). So a call with 16-bit inputs gives bit for bit the result of
+ * the same call on fp32 copies of their values, on every backend. A dtype outside
+ * the enum is FAVOR_E_ARG.
  *
  * CAUSAL (FAVOR_CAUSAL): query row i sees keys j <= i + (n_k - n), bottom-right
  * aligned, so one query row against n_k cached keys is the decoding case. A query
@@ -129,7 +144,13 @@
  * needs (a slice per thread; any alignment; independent of the sequence length,
  * except for softmax decoding, whose per-block partials take R (d_v + 2) floats
  * per 512 keys per key/value head, R = query rows x query heads per key/value
- * head: 0.5% of the cache's bytes for R = 1, d = d_v). Pass a buffer that large in
+ * head: 0.5% of the cache's bytes for R = 1, d = d_v, and for a backward pass
+ * with a 16-bit tensor, which stages a key/value head's rows of every 16-bit
+ * tensor in fp32 per thread). The backward queries see q, k and v only: when one
+ * of them is 16-bit the size covers any types of the others; when all three are
+ * fp32 it covers fp32 out, dout and gradients, and a 16-bit one of those needs
+ * the size queried with a 16-bit view in place of q (a smaller workspace is
+ * FAVOR_E_WORKSPACE). Pass a buffer that large in
  * favor_options.workspace, or NULL to let the call allocate with FAVOR_MALLOC and
  * free before it returns. Nothing else is allocated and there is no global state:
  * every function is reentrant.
@@ -151,6 +172,12 @@
  *          (favor_state gains `pend`, c holds heads + 1 floats, and
  *          favor_state_floats grows by heads*(16*(width+dv+1) + 2*(width+d+1))
  *          and a little more: see favor_state_floats).
+ *          Element types: favor_tensor gains `dtype` (last; FAVOR_F32 = 0) and
+ *          its `data` becomes void *: an fp32 program that indexes t.data
+ *          directly casts it ((float *)t.data); one that fills a favor_tensor
+ *          field by field without zeroing it must set dtype. Strides are in
+ *          elements. favor_tensor_packed_as and favor_dtype_size are new. The
+ *          linear and extend workspace queries now validate q and k too.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
