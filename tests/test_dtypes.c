@@ -630,15 +630,16 @@ static void test_feature_map(void **state)
         for (mi = 1; mi < NMETHODS; ++mi)
             for (ti = 0; ti < 4; ++ti)
                 for (ri = 0; ri < 3; ++ri) {
-                    /* wide: m = 1100 (width up to 2200 floats, past the stack buffer) */
-                    size_t H = 2, N = 70, D = 12, m = wide ? 1100 : 24, w, bad;
+                    /* wide: m = 1100 (width up to 2200 floats, past the stack buffer;
+                     * 5 rows, of x and phi both 16-bit or phi alone) */
+                    size_t H = 2, N = wide ? 5 : 70, D = 12, m = wide ? 1100 : 24, w, bad;
                     favor_kernel k = (favor_kernel)methods[mi];
                     favor_features f;
                     float *ws_, *e;
                     dbuf X, P;
                     favor_tensor x32, p32;
                     favor_status st;
-                    if (wide && k == FAVOR_ELU1) continue;
+                    if (wide && (k == FAVOR_ELU1 || ti == 0 || ti == 2)) continue;
                     ws_ = (float *)malloc(favor_features_floats(k, D, k == FAVOR_ELU1 ? D : m) * 4 + 4);
                     assert_int_equal(favor_features_init(&f, k, D, k == FAVOR_ELU1 ? D : m, 0, 3, ws_), FAVOR_OK);
                     w = favor_features_width(&f);
