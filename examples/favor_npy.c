@@ -2,13 +2,14 @@
  *
  *     favor-npy [options] Q.npy K.npy V.npy OUT.npy
  *
- * Reads Q, K and V (float32 or float64, little-endian, C order; .npy format
- * 1.0, 2.0 or 3.0), computes attention with favor.h in float32 and writes OUT
- * as float32 (or float64 with --out-dtype f8), shaped as Q with d_v as its last
- * dimension. Shapes are [n, d], [heads, n, d] or [batch, heads, n, d] (batch and
- * heads become favor's heads); K is [.., n_k, d] and V [.., n_k, d_v], with the
- * same rank and batch as Q and a head count that divides Q's (grouped-query
- * attention). --help lists the options. Each run prints one line of timing:
+ * Reads Q, K and V (float16, float32 or float64, little-endian, C order; .npy
+ * format 1.0, 2.0 or 3.0), computes attention with favor.h in float32 and
+ * writes OUT as float32 (float64 with --out-dtype f8, float16 with f2), shaped
+ * as Q with d_v as its last dimension. Shapes are [n, d], [heads, n, d] or
+ * [batch, heads, n, d] (batch and heads become favor's heads); K is
+ * [.., n_k, d] and V [.., n_k, d_v], with the same rank and batch as Q and a
+ * head count that divides Q's (grouped-query attention). --help lists the
+ * options. Each run prints one line of timing:
  *
  *     $ favor-npy --causal --repeat 5 q.npy k.npy v.npy out.npy
  *     favor-npy: favor/positive m=256 causal heads=8 kv_heads=8 n=1024 n_k=1024
@@ -17,6 +18,19 @@
  * --projection W.npy gives the [m, d] random projection of the feature map
  * instead of drawing it from --seed, so results can be compared with another
  * implementation fed the same W (tests/interop/check_torch.py does this).
+ *
+ * Element types. float16 and float32 inputs go to favor.h as they are, as
+ * FAVOR_F16 and FAVOR_F32 views (favor.h widens 16-bit elements as it reads
+ * them; any mix is fine); float64 is rounded to float32 first. --storage f16
+ * or bf16 rounds every input (Q, K, V; not W, which favor.h keeps in float32)
+ * straight from its file's type to float16 or bfloat16, to nearest, ties to
+ * even, and passes FAVOR_F16 or FAVOR_BF16 views, to see what 16-bit storage
+ * costs; a finite input it would make infinite is an error (--storage f32
+ * widens float16 inputs to FAVOR_F32 views instead). --out-dtype f2
+ * has favor.h write a FAVOR_F16 output, rounded once from its float32 result,
+ * saved as '<f2'; with --storage bf16, --out-dtype bf16 has it write a
+ * FAVOR_BF16 output, saved widened (exactly) as float32: NumPy has no
+ * bfloat16.
  *
  * Errors (an unreadable, malformed or unsupported file, mismatched shapes, an
  * output that cannot be written) print one line "favor-npy: error: ..." to
@@ -124,6 +138,63 @@ static int mul_ok(size_t a, size_t b, size_t *out)
 }
 
 /* ------------------------------------------------------------------------
+ * 16-bit floats, stored as uint16_t: IEEE binary16 (1 sign bit, 5 exponent
+ * bits, 10 fraction bits) and bfloat16 (the top half of a float: 1, 8, 7).
+ * narrow16() rounds a double, hence also any float, straight to either one,
+ * correctly: to nearest, ties to even, subnormals included, too large to
+ * +-inf, NaN to a quiet NaN of the same sign. Straight from the double matters
+ * for float64 input: rounded to float32 first, a value just above a halfway
+ * point could land on it and then round down (to even).
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    int ebits, fbits; /* exponent and fraction bits */
+} format16;
+
+static const format16 FMT_F16 = {5, 10}, FMT_BF16 = {8, 7};
+
+static uint16_t narrow16(double x, format16 fmt)
+{
+    const int bias = (1 << (fmt.ebits - 1)) - 1, emin = 1 - bias;
+    const uint32_t inf = ((1u << fmt.ebits) - 1) << fmt.fbits;
+    const uint32_t sign = signbit(x) ? 0x8000u : 0u;
+    double a = fabs(x), q, r;
+    uint32_t bits;
+    int e;
+    if (a != a) { /* NaN: quiet, keeping the top of the payload */
+        uint64_t u;
+        memcpy(&u, &x, 8);
+        u = (u & (((uint64_t)1 << 52) - 1)) >> (52 - fmt.fbits);
+        return (uint16_t)(sign | inf | (1u << (fmt.fbits - 1)) | (uint32_t)u);
+    }
+    if (a == 0.0) return (uint16_t)sign;
+    frexp(a, &e); /* a = f 2^e, 1/2 <= f < 1 */
+    e -= 1;       /* 2^e <= a < 2^(e+1) (inf: e is unspecified, caught below) */
+    if (e < emin) e = emin; /* subnormal: the quantum stops shrinking */
+    if (a > DBL_MAX || e > bias) return (uint16_t)(sign | inf); /* a >= 2^(bias+1) */
+    q = ldexp(a, fmt.fbits - e); /* a in units of the last place (exact) */
+    r = floor(q);
+    if (q - r > 0.5 || (q - r == 0.5 && ((uint32_t)r & 1u))) r += 1.0;
+    /* exponent field e + bias (0 for a subnormal, whose r < 2^fbits) and the
+     * fraction r - 2^fbits: a significand that rounded up to 2^(fbits+1)
+     * carries into the exponent, and from the largest binade to inf */
+    bits = ((uint32_t)(e + bias - 1) << fmt.fbits) + (uint32_t)r;
+    return (uint16_t)(sign | bits);
+}
+
+/* the value of a 16-bit float, exactly */
+static double widen16(uint16_t h, format16 fmt)
+{
+    const int bias = (1 << (fmt.ebits - 1)) - 1;
+    const unsigned emax = (1u << fmt.ebits) - 1, e = (h >> fmt.fbits) & emax,
+                   f = h & ((1u << fmt.fbits) - 1);
+    double a;
+    if (e == emax) a = f ? NAN : INFINITY;
+    else if (e == 0) a = ldexp((double)f, 1 - bias - fmt.fbits);
+    else a = ldexp((double)(f | (1u << fmt.fbits)), (int)e - bias - fmt.fbits);
+    return h & 0x8000u ? -a : a;
+}
+
+/* ------------------------------------------------------------------------
  * Reading .npy files. The format: the magic "\x93NUMPY", a version byte pair,
  * the header length (2 bytes little-endian in 1.0, 4 in 2.0 and 3.0), then a
  * Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
@@ -133,9 +204,10 @@ typedef struct {
     const char *path;
     int rank;
     size_t shape[MAX_RANK];
-    size_t count; /* elements */
-    int itemsize; /* 4 or 8 */
-    float *data;  /* count floats */
+    size_t count;      /* elements */
+    int itemsize;      /* in the file: 2, 4 or 8 */
+    favor_dtype dtype; /* in memory: FAVOR_F32, FAVOR_F16 or FAVOR_BF16 */
+    void *data;        /* count elements of dtype */
 } npy_array;
 
 typedef struct {
@@ -249,7 +321,8 @@ static void parse_header(const char *path, const char *h, size_t len, npy_array 
         if (!strcmp(key, "descr") && !seen_descr) {
             skip_ws(&c);
             if (c.p < c.end && *c.p == '[')
-                data_error("%s: structured dtypes are not supported (float32 or float64 only)",
+                data_error("%s: structured dtypes are not supported (float16, float32 or "
+                           "float64 only)",
                            path);
             parse_string(&c, descr, sizeof descr);
             seen_descr = 1;
@@ -282,15 +355,16 @@ static void parse_header(const char *path, const char *h, size_t len, npy_array 
     /* '<' little-endian; '=' native and '|' not applicable mean the same here
      * only on a little-endian host */
     if ((descr[0] == '<' || ((descr[0] == '=' || descr[0] == '|') && host_is_little_endian())) &&
-        descr[1] == 'f' && (descr[2] == '4' || descr[2] == '8') && descr[3] == '\0') {
+        descr[1] == 'f' && (descr[2] == '2' || descr[2] == '4' || descr[2] == '8') &&
+        descr[3] == '\0') {
         a->itemsize = descr[2] - '0';
-    } else if (descr[0] == '>' && descr[1] == 'f' && (descr[2] == '4' || descr[2] == '8') &&
-               descr[3] == '\0') {
+    } else if (descr[0] == '>' && descr[1] == 'f' &&
+               (descr[2] == '2' || descr[2] == '4' || descr[2] == '8') && descr[3] == '\0') {
         data_error("%s: big-endian data ('%s') is not supported: save it as '<f%c'", path, descr,
                    descr[2]);
     } else {
-        data_error("%s: dtype '%s' is not supported: float32 or float64, little-endian ('<f4', "
-                   "'<f8')",
+        data_error("%s: dtype '%s' is not supported: float16, float32 or float64, little-endian "
+                   "('<f2', '<f4', '<f8')",
                    path, descr);
     }
 }
@@ -304,7 +378,35 @@ static void read_exact(FILE *fp, const char *path, void *buf, size_t n, const ch
     }
 }
 
-static void read_npy(const char *path, npy_array *a)
+static const char *dtype_name(favor_dtype t)
+{
+    return t == FAVOR_F16 ? "float16" : t == FAVOR_BF16 ? "bfloat16" : "float32";
+}
+
+/* Element i of a's storage: the value x read from the file, rounded to a's
+ * dtype. A finite x too large for it is an error (not an infinity). */
+static void put_value(const npy_array *a, size_t i, double x)
+{
+    int too_large; /* finite (inf passes as inf, NaN as NaN) but beyond the type */
+    if (a->dtype == FAVOR_F32) {
+        too_large = (x > FLT_MAX || x < -FLT_MAX) && x - x == 0.0;
+        if (!too_large) ((float *)a->data)[i] = (float)x; /* (else undefined) */
+    } else {
+        uint16_t h = narrow16(x, a->dtype == FAVOR_F16 ? FMT_F16 : FMT_BF16);
+        too_large = (h & 0x7fffu) == (a->dtype == FAVOR_F16 ? 0x7c00u : 0x7f80u) && x - x == 0.0;
+        ((uint16_t *)a->data)[i] = h;
+    }
+    if (too_large)
+        data_error("%s: element %zu (%g) is outside the range of %s%s", a->path, i, x,
+                   dtype_name(a->dtype),
+                   a->dtype == FAVOR_F32 ? "" : a->dtype == FAVOR_F16 ? " (--storage f16)"
+                                                                       : " (--storage bf16)");
+}
+
+/* Read the array at path into a, its elements as `storage` (a favor_dtype), or,
+ * for storage < 0, as read: float16 and float32 as they are, float64 rounded
+ * to float32. */
+static void read_npy(const char *path, npy_array *a, int storage)
 {
     unsigned char pre[12], *buf;
     char *header;
@@ -363,27 +465,31 @@ static void read_npy(const char *path, npy_array *a)
             data_error("%s: %ju unexpected bytes after the %zu bytes of data", path,
                        have - (uintmax_t)bytes, bytes);
     }
-    a->data = malloc(a->count * sizeof(float));
+    a->dtype = storage >= 0 ? (favor_dtype)storage : a->itemsize == 2 ? FAVOR_F16 : FAVOR_F32;
+    if (a->count > SIZE_MAX / favor_dtype_size(a->dtype)) /* float16 widened */
+        data_error("%s: out of memory (%zu elements)", path, a->count);
+    a->data = malloc(a->count * favor_dtype_size(a->dtype));
     buf = malloc(IO_CHUNK);
     if (!a->data || !buf) data_error("%s: out of memory (%zu elements)", path, a->count);
     for (done = 0; done < bytes;) {
         size_t n = bytes - done < IO_CHUNK ? bytes - done : IO_CHUNK, first = done / a->itemsize;
         read_exact(fp, path, buf, n, "data");
         for (i = 0; i < n / a->itemsize; ++i) {
-            if (a->itemsize == 4) {
+            if (a->itemsize == 2) {
+                uint16_t h = (uint16_t)get_le(buf + 2 * i, 2);
+                if (a->dtype == FAVOR_F16) ((uint16_t *)a->data)[first + i] = h;
+                else put_value(a, first + i, widen16(h, FMT_F16));
+            } else if (a->itemsize == 4) {
                 uint32_t u = (uint32_t)get_le(buf + 4 * i, 4);
                 float x;
                 memcpy(&x, &u, 4);
-                ((float *)a->data)[first + i] = x;
+                if (a->dtype == FAVOR_F32) ((float *)a->data)[first + i] = x;
+                else put_value(a, first + i, x);
             } else {
                 uint64_t u = get_le(buf + 8 * i, 8);
                 double x;
                 memcpy(&x, &u, 8);
-                if (x > FLT_MAX || x < -FLT_MAX) /* inf passes as inf, NaN as NaN */
-                    if (x - x == 0.0)
-                        data_error("%s: element %zu (%g) is outside the range of float32",
-                                   path, first + i, x);
-                ((float *)a->data)[first + i] = (float)x;
+                put_value(a, first + i, x);
             }
         }
         done += n;
@@ -452,9 +558,11 @@ static void write_all(const output *o, const void *p, size_t n)
 }
 
 /* The .npy file: header 1.0, the dict padded with spaces and a newline so the
- * data starts at a multiple of 64 bytes; then the data, little-endian. */
-static void write_npy(const output *o, const float *data, const size_t *shape, int rank,
-                      int itemsize)
+ * data starts at a multiple of 64 bytes; then the data, little-endian, with
+ * itemsize bytes per element: data's elements of type dtype as they are
+ * (float32 as 4, float16 as 2), or widened: float32 to 8 and bfloat16 to 4. */
+static void write_npy(const output *o, const void *data, favor_dtype dtype,
+                      const size_t *shape, int rank, int itemsize)
 {
     char dict[512], shp[400];
     unsigned char pre[10], *buf;
@@ -480,12 +588,16 @@ static void write_npy(const output *o, const float *data, const size_t *shape, i
         size_t n = IO_CHUNK / (size_t)itemsize;
         if (n > count - done) n = count - done;
         for (i = 0; i < n; ++i) {
-            if (itemsize == 4) {
+            if (dtype != FAVOR_F32) {
+                uint32_t u = ((const uint16_t *)data)[done + i];
+                if (itemsize == 2) put_le(buf + 2 * i, u, 2);
+                else put_le(buf + 4 * i, u << 16, 4); /* bfloat16 */
+            } else if (itemsize == 4) {
                 uint32_t u;
-                memcpy(&u, &data[done + i], 4);
+                memcpy(&u, (const float *)data + done + i, 4);
                 put_le(buf + 4 * i, u, 4);
             } else {
-                double x = data[done + i];
+                double x = ((const float *)data)[done + i];
                 uint64_t u;
                 memcpy(&u, &x, 8);
                 put_le(buf + 8 * i, u, 8);
@@ -522,7 +634,10 @@ static const favor_kernel kernel_ids[] = {FAVOR_POSITIVE, FAVOR_HYPERBOLIC, FAVO
                                           FAVOR_RELU};
 
 typedef struct {
-    int method, kernel, causal, threads, out_itemsize;
+    int method, kernel, causal, threads;
+    int storage;          /* a favor_dtype for every input, or -1: as read */
+    favor_dtype out_type; /* of the output view */
+    int out_itemsize;     /* in the file: 2 (float16), 4 or 8 */
     size_t features, repeat;
     unsigned long long seed;
     double scale; /* 0: the default */
@@ -534,12 +649,13 @@ static void usage(void)
 {
     printf("usage: " PROG " [options] Q.npy K.npy V.npy OUT.npy\n"
            "\n"
-           "Attention with favor.h on NumPy arrays: OUT = attention(Q, K, V), float32.\n"
-           "Q is [n, d], [heads, n, d] or [batch, heads, n, d]; K is [.., n_k, d] and V\n"
-           "[.., n_k, d_v] with the same rank and batch, and a number of heads that\n"
-           "divides Q's (grouped-query attention). OUT is shaped as Q with last\n"
-           "dimension d_v. Inputs: .npy 1.0, 2.0 or 3.0, float32 or float64\n"
-           "(little-endian), C order.\n"
+           "Attention with favor.h on NumPy arrays: OUT = attention(Q, K, V), computed\n"
+           "in float32. Q is [n, d], [heads, n, d] or [batch, heads, n, d]; K is\n"
+           "[.., n_k, d] and V [.., n_k, d_v] with the same rank and batch, and a\n"
+           "number of heads that divides Q's (grouped-query attention). OUT is shaped\n"
+           "as Q with last dimension d_v. Inputs: .npy 1.0, 2.0 or 3.0, float16,\n"
+           "float32 or float64 (little-endian), C order; favor.h reads float16 and\n"
+           "float32 as they are, float64 rounded to float32.\n"
            "\n"
            "  --method M         softmax (exact), elu (elu(x)+1 linear attention) or\n"
            "                     favor (random features)                default favor\n"
@@ -547,14 +663,23 @@ static void usage(void)
            "                     trig or relu                           default positive\n"
            "  --features M       favor's number of random features     default 256\n"
            "  --seed S           seed of favor's random projection W    default 0\n"
-           "  --projection W.npy use this W ([m, d], float32 or float64) instead of\n"
-           "                     drawing one; m is its number of rows\n"
+           "  --projection W.npy use this W ([m, d], float16, float32 or float64;\n"
+           "                     float32 in favor.h) instead of drawing one; m is\n"
+           "                     its number of rows\n"
            "  --causal           causal mask: query i sees keys j <= i + (n_k - n)\n"
            "  --scale S          softmax: logits s q.k; favor: x' = sqrt(s) x\n"
            "                     default 1/sqrt(d); not for elu\n"
            "  --threads T        OpenMP threads (0: OpenMP's default)   default 0\n"
            "  --repeat R         run R times, report the median time   default 1\n"
-           "  --out-dtype T      f4 (float32) or f8 (float64)           default f4\n"
+           "  --storage T        pass Q, K and V to favor.h as T: f16 (float16) or\n"
+           "                     bf16 (bfloat16), rounded to nearest even, or f32\n"
+           "                     (float16 inputs widened); W stays float32\n"
+           "                                                            default as read\n"
+           "  --out-dtype T      f4 (float32), f8 (float64, widened), f2 (float16,\n"
+           "                     rounded once by favor.h) or, with --storage bf16,\n"
+           "                     bf16: bfloat16, rounded once by favor.h and saved\n"
+           "                     widened exactly as float32 (NumPy has no bfloat16)\n"
+           "                                                            default f4\n"
            "  --help             this text\n"
            "\n"
            "Prints one line with the method, the sizes and the time of the attention\n"
@@ -591,6 +716,8 @@ static void parse_args(int argc, char **argv, config *c)
     c->method = M_FAVOR;
     c->features = 256;
     c->repeat = 1;
+    c->storage = -1;
+    c->out_type = FAVOR_F32;
     c->out_itemsize = 4;
     for (i = 1; i < argc; ++i) {
         const char *a = argv[i], *eq, *val = NULL;
@@ -623,7 +750,8 @@ static void parse_args(int argc, char **argv, config *c)
         }
         if (strcmp(opt, "--method") && strcmp(opt, "--kernel") && strcmp(opt, "--features") &&
             strcmp(opt, "--seed") && strcmp(opt, "--projection") && strcmp(opt, "--scale") &&
-            strcmp(opt, "--threads") && strcmp(opt, "--repeat") && strcmp(opt, "--out-dtype"))
+            strcmp(opt, "--threads") && strcmp(opt, "--repeat") && strcmp(opt, "--out-dtype") &&
+            strcmp(opt, "--storage"))
             usage_error("unknown option '%s' (see --help)", opt);
         if (!val) {
             if (i + 1 == argc) usage_error("%s needs a value", opt);
@@ -652,10 +780,30 @@ static void parse_args(int argc, char **argv, config *c)
             c->threads = (int)parse_uint(opt, val, 0, 4096);
         } else if (!strcmp(opt, "--repeat")) {
             c->repeat = (size_t)parse_uint(opt, val, 1, 1000000);
+        } else if (!strcmp(opt, "--storage")) {
+            if (!strcmp(val, "f32") || !strcmp(val, "f4") || !strcmp(val, "float32"))
+                c->storage = FAVOR_F32;
+            else if (!strcmp(val, "f16") || !strcmp(val, "f2") || !strcmp(val, "float16"))
+                c->storage = FAVOR_F16;
+            else if (!strcmp(val, "bf16") || !strcmp(val, "bfloat16"))
+                c->storage = FAVOR_BF16;
+            else usage_error("--storage is f16, bf16 or f32, not '%s'", val);
         } else { /* --out-dtype */
-            if (!strcmp(val, "f4") || !strcmp(val, "float32")) c->out_itemsize = 4;
-            else if (!strcmp(val, "f8") || !strcmp(val, "float64")) c->out_itemsize = 8;
-            else usage_error("--out-dtype is f4 or f8, not '%s'", val);
+            if (!strcmp(val, "f4") || !strcmp(val, "float32")) {
+                c->out_type = FAVOR_F32;
+                c->out_itemsize = 4;
+            } else if (!strcmp(val, "f8") || !strcmp(val, "float64")) {
+                c->out_type = FAVOR_F32;
+                c->out_itemsize = 8;
+            } else if (!strcmp(val, "f2") || !strcmp(val, "float16")) {
+                c->out_type = FAVOR_F16;
+                c->out_itemsize = 2;
+            } else if (!strcmp(val, "bf16") || !strcmp(val, "bfloat16")) {
+                c->out_type = FAVOR_BF16;
+                c->out_itemsize = 4;
+            } else {
+                usage_error("--out-dtype is f4, f8, f2 or bf16, not '%s'", val);
+            }
         }
     }
     if (nfiles != 4)
@@ -667,6 +815,8 @@ static void parse_args(int argc, char **argv, config *c)
         usage_error("--seed has no effect with --projection");
     if (c->method == M_ELU && c->scale > 0.0)
         usage_error("--scale has no effect with --method elu (elu(x)+1 is not scaled)");
+    if (c->out_type == FAVOR_BF16 && c->storage != FAVOR_BF16)
+        usage_error("--out-dtype bf16 is for --storage bf16 (NumPy has no bfloat16)");
 }
 
 /* ------------------------------------------------------------------------
@@ -738,7 +888,8 @@ int main(int argc, char **argv)
     favor_options opt = favor_default_options();
     favor_tensor tq, tk, tv, to;
     favor_status st = FAVOR_OK;
-    float *storage = NULL, *out;
+    float *storage = NULL;
+    void *out;
     void *workspace = NULL;
     size_t hq, hkv, n, nk, d, dv, ws = 0, oshape[4], rep, i, j;
     double *times, median;
@@ -764,9 +915,9 @@ int main(int argc, char **argv)
     if (stat(out_path, &sb) == 0 && S_ISDIR(sb.st_mode)) /* before reading anything */
         data_error("%s: is a directory", out_path);
 
-    read_npy(c.files[0], &q);
-    read_npy(c.files[1], &k);
-    read_npy(c.files[2], &v);
+    read_npy(c.files[0], &q, c.storage);
+    read_npy(c.files[1], &k, c.storage);
+    read_npy(c.files[2], &v, c.storage);
     check_shapes(&q, &k, &v);
     r = q.rank;
     hq = heads_of(&q);
@@ -782,7 +933,7 @@ int main(int argc, char **argv)
         favor_kernel kern = kernel_ids[c.kernel];
         size_t floats;
         if (c.projection) {
-            read_npy(c.projection, &w);
+            read_npy(c.projection, &w, FAVOR_F32); /* W is float32 in favor.h */
             if (w.rank != 2 || w.shape[1] != d) {
                 char s[256];
                 shape_string(s, sizeof s, w.shape, w.rank);
@@ -816,15 +967,16 @@ int main(int argc, char **argv)
 
     for (i = 0; i + 1 < (size_t)r; ++i) oshape[i] = q.shape[i];
     oshape[r - 1] = dv;
-    if (!mul_ok(hq * n, dv, &i) || i > SIZE_MAX / sizeof(float))
+    if (!mul_ok(hq * n, dv, &i) || i > SIZE_MAX / favor_dtype_size(c.out_type))
         data_error("the output does not fit in memory");
-    out = malloc(i * sizeof *out);
+    out = malloc(i * favor_dtype_size(c.out_type));
     times = malloc(c.repeat * sizeof *times);
-    if (!out || !times) data_error("out of memory (output of %zu floats)", i);
-    tq = favor_tensor_packed(q.data, hq, n, d);
-    tk = favor_tensor_packed(k.data, hkv, nk, d);
-    tv = favor_tensor_packed(v.data, hkv, nk, dv);
-    to = favor_tensor_packed(out, hq, n, dv);
+    if (!out || !times) data_error("out of memory (output of %zu elements)", i);
+    /* the inputs as read (or as --storage made them), the output as asked */
+    tq = favor_tensor_packed_as(q.dtype, q.data, hq, n, d);
+    tk = favor_tensor_packed_as(k.dtype, k.data, hkv, nk, d);
+    tv = favor_tensor_packed_as(v.dtype, v.data, hkv, nk, dv);
+    to = favor_tensor_packed_as(c.out_type, out, hq, n, dv);
     opt.flags = c.causal ? FAVOR_CAUSAL : 0u;
     opt.scale = (float)c.scale;
     opt.threads = c.threads;
@@ -847,7 +999,7 @@ int main(int argc, char **argv)
         data_error("favor_%s_attention: %s", c.method == M_SOFTMAX ? "softmax" : "linear",
                    favor_status_string(st));
 
-    write_npy(&dest, out, oshape, r, c.out_itemsize);
+    write_npy(&dest, out, c.out_type, oshape, r, c.out_itemsize);
     finish_output(&dest);
 
     qsort(times, c.repeat, sizeof *times, cmp_double);

@@ -14,6 +14,17 @@ the same W, in the form of the Performer reference code, unstabilized. Shapes
 tolerances are favor.h's (its manual, ACCURACY): max|err| <= 2e-5 max|V| for
 softmax and elu+1, <= 1e-4 max|O_ref| for the random feature maps.
 
+16-bit element types: float16 files (passed as FAVOR_F16 views) and float32
+files with --storage bf16 (FAVOR_BF16 views), against torch in float64 from the
+same rounded values (.half() / .bfloat16(), then .double()), with float32
+outputs (the tolerances above) and 16-bit outputs (--out-dtype f2 / bf16: the
+tolerance plus half an ULP relative, 2^-11 |ref| or 2^-8 |ref|, per element);
+bit-for-bit checks that a 16-bit output is the float32 one rounded, that
+16-bit inputs give what their widened values give in float32 files, and that
+the tool rounds inputs as torch does (a probe through softmax over one key,
+whose output is V itself: ties, subnormals, the largest values, and float64
+values just off a tie, which must not be rounded through float32).
+
 Then the failures: malformed, truncated or unsupported files, mismatched
 shapes, bad command lines, outputs that cannot be written. Each must exit 1
 (data) or 2 (command line) with exactly one line on stderr starting
@@ -188,7 +199,7 @@ def raw_npy(path, header, data=b"", version=(1, 0), hlen=None):
 # --------------------------------------------------------------------------
 # Agreement with torch
 # --------------------------------------------------------------------------
-RESULTS = []  # (name, err, tol)
+RESULTS = []  # (name, err, tol, a 16-bit output?)
 
 
 def case(work, name, method, qs, ks, vs, dtype=np.float32, causal=False, scale=None,
@@ -214,33 +225,57 @@ def case(work, name, method, qs, ks, vs, dtype=np.float32, causal=False, scale=N
         args += ["--kernel", kernel, "--projection", wpath]
     if out_dtype:
         args += ["--out-dtype", out_dtype]
-    r = run(args + paths)
+    out = run_case(name, args + paths, tuple(qs[:-1]) + (vs[-1],),
+                   np.float64 if out_dtype == "f8" else np.float32)
+    if out is None:
+        return
+    ref, tol = reference(method, t64(q), t64(k), t64(v), causal, s, kernel,
+                         None if w is None else t64(w))
+    compare(name, out, ref, tol)
+
+
+def run_case(name, args, want_shape, want_dtype):
+    """Run the tool; its output array, or None (a failure recorded)."""
+    r = run(args)
     if r.returncode != 0 or r.stderr:
         fail("%s: exit %d, stderr %r" % (name, r.returncode, r.stderr.decode()[:300]))
-        return
-    out = np.load(paths[3])
-    want_shape = tuple(qs[:-1]) + (vs[-1],)
-    want_dtype = np.float64 if out_dtype == "f8" else np.float32
+        return None
+    out = np.load(args[-1])
     if out.shape != want_shape or out.dtype != want_dtype:
         fail("%s: output %s %s, expected %s %s" % (name, out.shape, out.dtype, want_shape,
                                                    np.dtype(want_dtype)))
-        return
-    hq = qs[-3] if len(qs) >= 3 else 1
-    tq, tk, tv = t64(q), expand_kv(t64(k), hq), expand_kv(t64(v), hq)
+        return None
+    return out
+
+
+def reference(method, tq, tk, tv, causal, s, kernel="positive", tw=None):
+    """The float64 reference for Q, K, V (float64 tensors) and its tolerance."""
+    hq = tq.shape[-3] if tq.dim() >= 3 else 1
+    tk, tv = expand_kv(tk, hq), expand_kv(tv, hq)
     if method == "softmax":
         ref = softmax_ref(tq, tk, tv, s, causal)
-        tol = 2e-5 * float(np.abs(v).max())
+        tol = 2e-5 * float(tv.abs().max())
     elif method == "elu":
         ref = linear_ref(phi_ref(tq, "elu", None, s), phi_ref(tk, "elu", None, s), tv, causal)
-        tol = 2e-5 * float(np.abs(v).max())
+        tol = 2e-5 * float(tv.abs().max())
     else:
-        tw = t64(w)
         ref = linear_ref(phi_ref(tq, kernel, tw, s), phi_ref(tk, kernel, tw, s), tv, causal)
         tol = 1e-4 * float(ref.abs().max())
-    err = float((torch.from_numpy(out.astype(np.float64)) - ref).abs().max())
-    RESULTS.append((name, err, tol))
+    return ref, tol
+
+
+def compare(name, out, ref, tol, half_ulp=0.0):
+    """Check |out - ref| <= tol + half_ulp |ref| element by element (half_ulp: 0 for
+    float32 outputs, half an ULP relative of a 16-bit output type) and record it.
+    The element shown is the one closest to its bound (for float32 outputs, the
+    largest error)."""
+    err = (torch.from_numpy(out.astype(np.float64)) - ref).abs()
+    bound = tol + half_ulp * ref.abs()
+    i = int(torch.argmax(err / bound))
+    err, tol = float(err.flatten()[i]), float(bound.flatten()[i])
+    RESULTS.append((name, err, tol, half_ulp > 0))
     status = "ok" if err <= tol else "FAIL"
-    print("  %-34s max|err| %.2e  tol %.2e  (%4.1f%% of tol)  %s"
+    print("  %-38s max|err| %.2e  tol %.2e  (%4.1f%% of tol)  %s"
           % (name, err, tol, 100.0 * err / tol, status))
     if not err <= tol:
         fail("%s: max|err| %.3e > tol %.3e" % (name, err, tol))
@@ -302,12 +337,197 @@ def agreement(work):
             ref = softmax_ref(t64(q), t64(k), t64(v), 8 ** -0.5, False)
             err = float((t64(np.load(p[3])) - ref).abs().max())
             tol = 2e-5 * float(np.abs(v).max())
-            print("  %-34s max|err| %.2e  tol %.2e  (%4.1f%% of tol)  %s"
+            print("  %-38s max|err| %.2e  tol %.2e  (%4.1f%% of tol)  %s"
                   % ("softmax-descr-=f8-|f4", err, tol, 100 * err / tol,
                      "ok" if err <= tol else "FAIL"))
-            RESULTS.append(("softmax-descr-=f8-|f4", err, tol))
+            RESULTS.append(("softmax-descr-=f8-|f4", err, tol, False))
             if not err <= tol:
                 fail("native byte order: max|err| %.3e > %.3e" % (err, tol))
+
+
+# --------------------------------------------------------------------------
+# 16-bit inputs and outputs: float16 files, --storage f16/bf16, --out-dtype
+# f2/bf16. The reference is computed in float64 from the same rounded values
+# (torch's .half() / .bfloat16(), then .double()).
+# --------------------------------------------------------------------------
+HALF_ULP = {"f2": 2.0 ** -11, "bf16": 2.0 ** -8}  # relative, of the output type
+
+
+def same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and \
+        a.tobytes() == b.tobytes()
+
+
+def narrow_case(work, name, method, qs, ks, vs, causal=False, kernel="positive", m=None,
+                w16=False, rounding=False):
+    """One configuration, five runs of the tool on the same data (seven with
+    rounding): float16 files -> float32 and float16 outputs (against torch, and
+    the float16 output exactly the float32 one rounded), and the same values
+    widened in float32 files (bit for bit the float16-file output); --storage
+    bf16 -> float32 and bfloat16 outputs (against torch, the bfloat16 output
+    exactly the float32 one rounded). With rounding, also the tool's rounding
+    on this data, bit for bit: --storage f16 on the float32 files against the
+    float16 files, and --storage bf16 against torch's bfloat16 values in
+    float32 files."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    x32 = [rng.normal(0.0, sd, sh).astype(np.float32)
+           for sd, sh in ((0.5, qs), (0.5, ks), (1.0, vs))]
+    x16 = [torch.from_numpy(a).half().numpy() for a in x32]                  # '<f2'
+    xb = [torch.from_numpy(a).bfloat16().float().numpy() for a in x32]      # '<f4'
+    f = lambda tag, t: os.path.join(work, "%s.%s.%s.npy" % (name, tag, t))  # noqa: E731
+    files = {}
+    for tag, arrs in (("f32", x32), ("f16", x16), ("f16w", [a.astype(np.float32) for a in x16]),
+                      ("bf16w", xb)):
+        files[tag] = [f(tag, t) for t in "qkv"]
+        for p, a in zip(files[tag], arrs):
+            save(p, a)
+    d = qs[-1]
+    s = 1.0 / d ** 0.5
+    args = ["--method", method] + (["--causal"] if causal else [])
+    tw = None
+    if method == "favor":
+        w = performer_w(rng, m, d)
+        if w16:  # a float16 W file: widened, not rounded further
+            w = w.astype(np.float16)
+        wpath = f("w", "w")
+        save(wpath, w)
+        args += ["--kernel", kernel, "--projection", wpath]
+        tw = t64(w)
+    shape = tuple(qs[:-1]) + (vs[-1],)
+    o = lambda tag: f(tag, "o")  # noqa: E731
+    ref16, tol16 = reference(method, *[torch.from_numpy(a).double() for a in x16], causal, s,
+                             kernel, tw)
+    refb, tolb = reference(method, *[torch.from_numpy(a).double() for a in xb], causal, s,
+                           kernel, tw)
+    h4 = run_case(name, args + files["f16"] + [o("h4")], shape, np.float32)
+    h2 = run_case(name, args + ["--out-dtype", "f2"] + files["f16"] + [o("h2")], shape,
+                  np.float16)
+    hw = run_case(name, args + files["f16w"] + [o("hw")], shape, np.float32)
+    hs = bw = None
+    if rounding:
+        hs = run_case(name, args + ["--storage", "f16"] + files["f32"] + [o("hs")], shape,
+                      np.float32)
+        bw = run_case(name, args + files["bf16w"] + [o("bw")], shape, np.float32)
+    b4 = run_case(name, args + ["--storage", "bf16"] + files["f32"] + [o("b4")], shape,
+                  np.float32)
+    bb = run_case(name, args + ["--storage", "bf16", "--out-dtype", "bf16"] + files["f32"]
+                  + [o("bb")], shape, np.float32)
+    if h4 is not None:
+        compare(name + " f16>f32", h4, ref16, tol16)
+        if hw is not None and not same_bits(h4, hw):
+            fail("%s: float16 inputs and the same values in float32 differ" % name)
+        if hs is not None and not same_bits(h4, hs):
+            fail("%s: --storage f16 differs from torch's .half() values" % name)
+        if h2 is not None:
+            compare(name + " f16>f16", h2, ref16, tol16, HALF_ULP["f2"])
+            if not same_bits(h2, h4.astype(np.float16)):
+                fail("%s: the float16 output is not the float32 output rounded" % name)
+    if b4 is not None:
+        compare(name + " bf16>f32", b4, refb, tolb)
+        if bw is not None and not same_bits(b4, bw):
+            fail("%s: --storage bf16 differs from torch's .bfloat16() values" % name)
+        if bb is not None:
+            compare(name + " bf16>bf16", bb, refb, tolb, HALF_ULP["bf16"])
+            if not same_bits(bb, torch.from_numpy(b4).bfloat16().float().numpy()):
+                fail("%s: the bfloat16 output is not the float32 output rounded" % name)
+
+
+def exact_probe(work):
+    """Softmax over one key gives V itself, so its output shows the 16-bit values
+    the tool passed: ties (to even), just off ties, subnormals, the largest finite
+    values, from float32 files against torch's rounding, and from float64 files
+    where rounding through float32 first would land on a tie and go the wrong
+    way (the expected value is known by construction)."""
+    q = np.full((2, 4), 0.25, np.float32)
+    p = [os.path.join(work, "probe.%s.npy" % t) for t in ("q", "v32", "v64", "o")]
+    save(p[0], q)
+    k = q[:1]
+    save(p[0].replace(".q.", ".k."), k)
+    kp = p[0].replace(".q.", ".k.")
+    rng = np.random.default_rng(17)
+    for st, f16 in (("f16", True), ("bf16", False)):
+        fbits = 10 if f16 else 7
+        emin = -14 if f16 else -126
+        emax = 15 if f16 else 127
+        top = (2.0 - 2.0 ** -fbits) * 2.0 ** emax  # the largest finite value
+        vals = list(rng.normal(0, 3, 40)) + list(rng.normal(0, 1e-5 if f16 else 1e-38, 20))
+        # halfway between two 16-bit neighbours 1 + j 2^-fbits (even and odd j),
+        # exactly and one float32 ULP either side; then the same at the bottom
+        # of the subnormals and below the top
+        for base, ulp in ((1.0, 2.0 ** -fbits), (0.0, 2.0 ** (emin - fbits)),
+                          (top - 4 * 2.0 ** (emax - fbits), 2.0 ** (emax - fbits))):
+            for j in range(4):
+                t = np.float32(base + (j + 0.5) * ulp)
+                vals += [t, np.nextafter(t, np.float32(0)), np.nextafter(t, np.float32(np.inf))]
+        vals += [top, -top, 2.0 ** (emin - fbits) / 2, -(2.0 ** (emin - fbits)) / 4]
+        v = np.array(vals, np.float32).reshape(1, -1)
+        save(p[1], v)
+        want = (torch.from_numpy(v).half() if f16 else torch.from_numpy(v).bfloat16()).float()
+        out = run_case("probe --storage " + st, ["--method", "softmax", "--storage", st, p[0], kp,
+                                                 p[1], p[3]], (2, v.shape[1]), np.float32)
+        if out is not None:
+            bad = [(float(a), float(b), float(c)) for a, b, c in zip(v[0], out[0], want[0])
+                   if b != c]
+            if bad or not np.array_equal(out[0], out[1]):
+                fail("probe --storage %s (float32 file): %d values rounded unlike torch, "
+                     "e.g. (value, got, expected) %s" % (st, len(bad), bad[:3]))
+        # float64: a 16-bit value x (random patterns, subnormals included) and the
+        # next one away from zero, y; (x + y)/2 nudged by 2^-30 (y - x), far below
+        # float32's precision, must round to y (outward) and x (inward)
+        h = rng.integers(1, 0x7bff if f16 else 0x7f7f, 60, dtype=np.uint16)
+        h[:8] = np.arange(1, 9)  # the smallest subnormals
+        h |= (np.arange(60) % 2 * 0x8000).astype(np.uint16)
+
+        def value(bits):
+            if f16:
+                return bits.view(np.float16).astype(np.float64)
+            return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        x, y = value(h), value(h + np.uint16(1))
+        mid = (x + y) / 2
+        v64 = np.concatenate([mid + (y - x) * 2.0 ** -30, mid - (y - x) * 2.0 ** -30])[None, :]
+        want = np.concatenate([y, x])
+        save(p[2], v64)
+        out = run_case("probe --storage %s f8" % st, ["--method", "softmax", "--storage", st,
+                                                      p[0], kp, p[2], p[3]],
+                       (2, v64.shape[1]), np.float32)
+        if out is not None and not np.array_equal(out[0].astype(np.float64), want):
+            n_bad = int((out[0].astype(np.float64) != want).sum())
+            fail("probe --storage %s (float64 file): %d of %d values not correctly rounded"
+                 % (st, n_bad, want.size))
+    print("  %-38s %s" % ("probe: 16-bit rounding of inputs", "ok" if not FAILURES else
+                          "see above"))
+
+
+def sixteen_bit(work):
+    print("16-bit inputs and outputs (float16 files, --storage, --out-dtype f2/bf16):")
+    narrow_case(work, "h-softmax-3d", "softmax", (2, 70, 32), (2, 70, 32), (2, 70, 16),
+                rounding=True)
+    narrow_case(work, "h-softmax-causal-gqa-n<nk", "softmax", (2, 4, 40, 16),
+                (2, 2, 90, 16), (2, 2, 90, 24), causal=True)
+    narrow_case(work, "h-softmax-decode-causal", "softmax", (4, 3, 32), (2, 600, 32),
+                (2, 600, 32), causal=True)
+    narrow_case(work, "h-elu-3d", "elu", (2, 80, 32), (2, 80, 32), (2, 80, 16))
+    narrow_case(work, "h-elu-causal-n>nk", "elu", (2, 90, 16), (2, 60, 16), (2, 60, 16),
+                causal=True)
+    narrow_case(work, "h-favor+-causal-W16", "favor", (2, 80, 32), (2, 80, 32), (2, 80, 32),
+                causal=True, m=64, w16=True, rounding=True)
+    # mixed types as read, with the descrs '=f2' and '|f2' (native order)
+    if sys.byteorder == "little":
+        rng = np.random.default_rng(23)
+        q = rng.normal(0, 0.5, (2, 50, 8)).astype(np.float16)
+        k = rng.normal(0, 0.5, (2, 50, 8)).astype(np.float32)
+        v = rng.normal(0, 1, (2, 50, 8)).astype(np.float16)
+        p = [os.path.join(work, "mixed.%s.npy" % t) for t in "qkvo"]
+        raw_npy(p[0], "{'descr': '=f2', 'fortran_order': False, 'shape': (2, 50, 8), }",
+                q.tobytes())
+        save(p[1], k)
+        raw_npy(p[2], "{'descr': '|f2', 'fortran_order': False, 'shape': (2, 50, 8), }",
+                v.tobytes())
+        out = run_case("mixed", ["--method", "softmax", "--causal"] + p, (2, 50, 8), np.float32)
+        if out is not None:
+            ref, tol = reference("softmax", t64(q), t64(k), t64(v), True, 8 ** -0.5)
+            compare("softmax-mixed-=f2-<f4-|f2", out, ref, tol)
+    exact_probe(work)
 
 
 # --------------------------------------------------------------------------
@@ -471,7 +691,7 @@ def failures(work):
         ("trailing bytes", as_q(write("trail.npy", raw + b"\0" * 4))),
     ]
     for name, arr in (("int32", q.astype(np.int32)), ("int64", q.astype(np.int64)),
-                      ("float16", q.astype(np.float16)), ("complex64", q.astype(np.complex64)),
+                      ("complex64", q.astype(np.complex64)), ("big-endian >f2", q.astype(">f2")),
                       ("big-endian >f4", q.astype(">f4")), ("big-endian >f8", q.astype(">f8")),
                       ("structured", np.zeros((2, 32), dtype=[("a", "<f4"), ("b", "<f4")])),
                       ("bool", q > 0)):
@@ -500,6 +720,8 @@ def failures(work):
     big = q.astype(np.float64)
     big[1, 2, 3] = 1e300
     save(P("f8-range.npy"), big)
+    raw_npy(P("f16-descr.npy"),  # float128 where numpy has it, not float16
+            "{'descr': '<f16', 'fortran_order': False, 'shape': (2, 32, 8), }", data * 4)
     raw_npy(P("zero-n.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 0, 8), }")
     raw_npy(P("zero-d.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 32, 0), }")
     for name, fn in (("missing fortran_order", "nofortran.npy"), ("extra header key", "extrakey.npy"),
@@ -511,6 +733,7 @@ def failures(work):
                      ("dimension overflows", "huge-dim.npy"),
                      ("huge declared size", "huge-size.npy"),
                      ("float64 beyond float32", "f8-range.npy"),
+                     ("dtype <f16 (float128)", "f16-descr.npy"),
                      ("zero n", "zero-n.npy"), ("zero d", "zero-d.npy")):
         cases.append((name, as_q(fn)))
 
@@ -541,6 +764,18 @@ def failures(work):
     with open(os.path.join(P("outdir"), "keep"), "w") as fh:
         fh.write("x")
     cases.append(("output is a directory", good + [P("outdir")]))
+    # a finite input that --storage would make infinite: 65520 rounds (to even) to
+    # 2^16, beyond float16; 1e39 in float64 beyond bfloat16
+    h = q.copy()
+    h[1, 5, 2] = 65520.0
+    save(P("f16-range.npy"), h)
+    cases.append(("--storage f16 overflow", ["--storage", "f16", P("f16-range.npy"), P("k.npy"),
+                                             P("v.npy"), out]))
+    b = q.astype(np.float64)
+    b[0, 3, 1] = -1e39
+    save(P("bf16-range.npy"), b)
+    cases.append(("--storage bf16 overflow", ["--storage", "bf16", P("q.npy"), P("k.npy"),
+                                              P("bf16-range.npy"), out]))
     os.symlink("no-such-file.npy", P("dangling.npy"))
     cases.append(("output a dangling link", good + [P("dangling.npy")]))
     for name, args in cases:
@@ -568,7 +803,11 @@ def failures(work):
         ("--scale nan", ["--scale", "nan"] + good + [out]),
         ("--threads -1", ["--threads", "-1"] + good + [out]),
         ("--repeat 0", ["--repeat", "0"] + good + [out]),
-        ("--out-dtype f2", ["--out-dtype", "f2"] + good + [out]),
+        ("--out-dtype f3", ["--out-dtype", "f3"] + good + [out]),
+        ("--out-dtype bf16 alone", ["--out-dtype", "bf16"] + good + [out]),
+        ("--out-dtype bf16 --storage f16", ["--storage", "f16", "--out-dtype", "bf16"] + good
+         + [out]),
+        ("--storage bogus", ["--storage", "f64"] + good + [out]),
         ("missing value", good + [out, "--seed"]),
         ("--kernel for softmax", ["--method", "softmax", "--kernel", "relu"] + good + [out]),
         ("--seed with --projection", ["--seed", "1", "--projection", P("w16.npy")] + good + [out]),
@@ -591,12 +830,19 @@ def main():
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="favor-interop-") as work:
         agreement(work)
+        sixteen_bit(work)
         behaviour(work)
         failures(work)
-    worst = max(RESULTS, key=lambda r: r[1] / r[2]) if RESULTS else None
     summary = "%d comparisons with torch" % len(RESULTS)
-    if worst:
-        summary += " (largest: %s, %.1f%% of its tolerance)" % (worst[0], 100 * worst[1] / worst[2])
+    largest = []
+    for narrow, what in ((False, "its tolerance"),
+                         (True, "its tolerance with the 16-bit output's rounding")):
+        group = [r for r in RESULTS if r[3] == narrow]
+        if group:
+            worst = max(group, key=lambda r: r[1] / r[2])
+            largest.append("%s, %.1f%% of %s" % (worst[0], 100 * worst[1] / worst[2], what))
+    if largest:
+        summary += " (largest: %s)" % "; ".join(largest)
     summary += ", %d failure cases, %.1f s" % (NEGATIVE, time.time() - t0)
     if FAILURES:
         print("interop: FAILED (%d problems): %s" % (len(FAILURES), summary))
