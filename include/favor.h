@@ -149,8 +149,9 @@
  * tensor in fp32 per thread). The backward queries see q, k and v only: when one
  * of them is 16-bit the size covers any types of the others; when all three are
  * fp32 it covers fp32 out, dout and gradients, and a 16-bit one of those needs
- * the size queried with a 16-bit view in place of q (a smaller workspace is
- * FAVOR_E_WORKSPACE). Pass a buffer that large in
+ * the size queried with a 16-bit view in place of q (the fp32 size may be too
+ * small: FAVOR_E_WORKSPACE, nothing written). Sizes queried with a 16-bit
+ * tensor are upper bounds. Pass a buffer that large in
  * favor_options.workspace, or NULL to let the call allocate with FAVOR_MALLOC and
  * free before it returns. Nothing else is allocated and there is no global state:
  * every function is reentrant.
