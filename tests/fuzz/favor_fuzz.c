@@ -5,7 +5,8 @@
  *           -Iinclude [-mavx2 -mfma | -DFAVOR_NO_SIMD] tests/fuzz/favor_fuzz.c -lm
  * or, without libFuzzer, with tests/fuzz/replay_main.c (gcc, valgrind, ...).
  *
- * One input is one scenario. Its first byte picks the operation:
+ * One input is one scenario. Its first byte picks the operation (bits 0-2) and
+ * the element-type extension (bit 3; bits 4-7 are ignored):
  *     0 favor_softmax_attention (+_workspace)
  *     1 favor_softmax_attention_backward (+_workspace)
  *     2 favor_linear_attention (+_workspace)
@@ -23,14 +24,23 @@
  * its layout (packed, interleaved, padded, raw strides that may be below the row
  * or overlapping, a [rows][q|k|v|o] buffer shared column-wise, a view aliased onto
  * another one, absurd sizes that overflow size_t, NULL data, zero sizes, a NULL
- * tensor pointer, a shape off by one) and how its floats are drawn (nice values,
- * values up to 1e4, raw bit patterns, NaN/inf/subnormal/huge specials). The rest of
- * the input is the float payload; when it runs out a PRNG continues.
+ * tensor pointer, a shape off by one) and how its values are drawn (nice values,
+ * values up to 1e4, raw bit patterns, NaN/inf/subnormal/huge specials). With the
+ * extension bit of the first byte set, each tensor takes a fifth byte, its element
+ * type (dec_dtype: FAVOR_F32 below 128, FAVOR_F16 up to 189, FAVOR_BF16 up to 251,
+ * then values outside the enum: 3, -1, 7, INT_MIN); without it (every input written
+ * before element types existed) every tensor is FAVOR_F32. W, the state and lse
+ * are always fp32. The rest of the input is the value payload; when it runs out a
+ * PRNG continues. A 16-bit tensor's values are drawn as floats and rounded to its
+ * type (raw bit patterns: 16 raw bits).
  *
- * Every buffer a call can see is a separate malloc of exactly the floats its views
+ * Every buffer a call can see is a separate malloc of exactly the bytes its views
  * span (so ASan sees any access outside), filled first with a NaN canary; gaps
- * between the rows of a view must never change. Invariants (abort() with a message
- * on violation):
+ * between the rows of a view must never change. Buffers are measured in 16-bit
+ * units: a 16-bit tensor is a view of uint16_t elements at any 2-byte offset, an
+ * fp32 tensor one of floats at a 4-byte aligned offset; strides are in elements of
+ * the tensor's own type, spans and overlaps in bytes (elements * favor_dtype_size).
+ * Invariants (abort() with a message on violation):
  *   I1  no crash, no sanitizer report, no leak, FAVOR_ASSERT holds.
  *   I2  a call returning anything but FAVOR_OK leaves every byte it could see (out,
  *       dq/dk/dv, phi, lse, state, workspace, W, inputs, gaps, the structs passed
@@ -62,8 +72,22 @@
  *       redraw with the same seed bit-identical; state init/reset contents.
  *   I10 causal forward calls (flag 4): keys and values a row cannot see (replaced
  *       by other values, NaN and inf included with flag 0x80) do not change it.
+ *   I11 element types: a tensor whose dtype is outside the enum makes the call
+ *       return FAVOR_E_ARG (or FAVOR_E_NULL, _SHAPE, _OVERFLOW, but only when a check
+ *       the library makes first, in its order, may fail: a NULL pointer, the
+ *       features of favor_feature_map, a tensor checked earlier, the shapes of a
+ *       backward call's inputs before its gradients) and writes nothing (I2).
+ *   I12 a successful call with 16-bit tensors is repeated with packed fp32 copies
+ *       of them (inputs: the widened values; the other tensors, W, lse and the
+ *       state as they were): the fp32 call succeeds, its outputs are finite under
+ *       I4, its outputs rounded to nearest even equal the 16-bit outputs bit for
+ *       bit, and its fp32 outputs, lse and state (S, z, c, the compensation, the
+ *       pending block) are bit-identical (a NaN matches any NaN). Under I4 a 16-bit
+ *       output is never NaN, nor inf unless it is fp16 (overflow: I12 decides).
  * A known bug can be masked with a FINDING-n guard so fuzzing goes on (see
- * FINDINGS.md); there is none at present. */
+ * FINDINGS.md); there is none at present. A backward call with fp32 q, k, v and
+ * a 16-bit out, dout or gradient queries its workspace with a 16-bit view in
+ * place of q, as the manual says (WORKSPACE; FINDING-5). */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -179,8 +203,59 @@ static uint32_t f2bits(float f)
     return u;
 }
 
+/* 16-bit element types, written here from their definitions (not with the
+ * library's conversions, which they check): widening is exact (a NaN comes out
+ * quiet with its payload on top, as the manual says); narrowing rounds to
+ * nearest, ties to even, in double (x / quantum is exact), fp16 overflowing to
+ * inf above 65504 and bf16 above its largest finite value. */
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    double x;
+    if (e == 0x1fu) return bits2f(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
+    x = e ? ldexp(1024.0 + m, (int)e - 25) : ldexp((double)m, -24);
+    return sign ? -(float)x : (float)x;
+}
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x400000u;
+    return bits2f(u);
+}
+static uint16_t f32_to_f16(float x)
+{
+    uint16_t sign = (uint16_t)((f2bits(x) >> 16) & 0x8000u);
+    double a = fabs((double)x), q, r;
+    int e;
+    if (isnan(x)) return (uint16_t)(sign | 0x7e00u | ((f2bits(x) >> 13) & 0x1ffu));
+    if (a == 0.0) return sign;
+    frexp(a, &e);                        /* a = f 2^e, f in [0.5, 1) */
+    q = ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10); /* the spacing of fp16 near a */
+    r = rint(a / q) * q;                 /* to nearest, ties to even (default mode) */
+    if (!(r <= 65504.0)) return (uint16_t)(sign | 0x7c00u);
+    if (r < ldexp(1.0, -14)) return (uint16_t)(sign | (uint16_t)(r / ldexp(1.0, -24)));
+    frexp(r, &e);
+    return (uint16_t)(sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)(r / ldexp(1.0, e - 11) - 1024.0));
+}
+static uint16_t f32_to_bf16(float x)
+{
+    uint32_t u = f2bits(x);
+    double a = fabs((double)x), q, r;
+    int e;
+    if (isnan(x)) return (uint16_t)((u >> 16) | 0x40u);
+    if (a == 0.0 || isinf(x)) return (uint16_t)(u >> 16);
+    frexp(a, &e);
+    q = ldexp(1.0, (e - 1 < -126 ? -126 : e - 1) - 7); /* the spacing of bf16 near a */
+    r = rint(a / q) * q;
+    if (!(r <= (double)bits2f(0x7f7f0000u))) return (uint16_t)((u >> 16 & 0x8000u) | 0x7f80u);
+    return (uint16_t)((u >> 16 & 0x8000u) | (f2bits((float)r) >> 16));
+}
+
 #define CANARY_OUT 0x7fa5a5a5u /* a signalling NaN: output not yet written */
 #define CANARY_GAP 0x7fbadbadu /* a signalling NaN: a byte no view owns    */
+/* the same for 16-bit outputs: signalling NaNs, which no conversion produces */
+#define CANARY_OUT_F16 0x7d25u
+#define CANARY_OUT_BF16 0x7fa5u
 
 static const float k_specials[] = {
     0.0f,     -0.0f,   1.0f,      -1.0f,   0.5f,     2.0f,      1e4f,     -1e4f,
@@ -247,14 +322,18 @@ static void fz_lib_free(void *p) { free(p); }
 /* ------------------------------------------------------------------------ */
 enum { R_IN, R_OUT, R_LSE_IN, R_STATE, R_WS, R_IGN };
 
+/* Buffers are measured in 16-bit units (an fp32 element is two) */
+#define UNIT 2
 typedef struct {
-    unsigned char *mem; /* exactly len floats (bytes for the workspace)      */
-    size_t len;         /* floats (R_WS: bytes)                                 */
+    unsigned char *mem; /* exactly len units (bytes for the workspace)       */
+    size_t len;         /* units (R_WS: bytes)                                  */
     unsigned char *snap;
-    unsigned char *mayw; /* per float: may change on FAVOR_OK                   */
+    unsigned char *mayw; /* per unit: may change on FAVOR_OK                    */
     int *owner;          /* scratch for the overlap computation                 */
     int is_ws;
 } fz_buf;
+
+static size_t buf_bytes(const fz_buf *B) { return B->is_ws ? B->len : B->len * UNIT; }
 
 enum {
     L_PACKED = 0, L_INTERLEAVED, L_PADDED, L_INTERPAD, L_RAW, L_FUSED, L_ALIAS, L_ABSURD,
@@ -268,10 +347,13 @@ typedef struct {
     int layout;
     unsigned p1, p2, p3, vmode, vseed;
     favor_tensor t;
+    size_t es;         /* bytes per element: 2 (fp16, bf16) or 4 (fp32, and
+                          the storage of a dtype outside the enum)           */
+    int dt_valid;      /* t.dtype is in the enum                            */
     int present;       /* tensor pointer non-NULL                           */
     int buf;           /* -1: none                                          */
-    size_t off;        /* floats into the buffer                            */
-    size_t span;       /* floats (when mem_ok)                              */
+    size_t off;        /* units into the buffer                             */
+    size_t span;       /* elements (when mem_ok)                            */
     int mem_ok;        /* present, data non-NULL, sizes non-zero, not absurd */
     int absurd, zero, nulldata;
     int self_overlap;  /* two of its rows share an element                  */
@@ -279,7 +361,7 @@ typedef struct {
     int inprom;        /* every element finite, |x| <= 1e4                  */
     int nice;          /* every element |x| <= 4                            */
     int group;         /* fused group or -1                                 */
-    size_t gcol;       /* column offset in the fused group                  */
+    size_t gcol;       /* column offset in the fused group (units)          */
     int alias_of;      /* view index or -1                                  */
     size_t alias_off;
 } fz_view;
@@ -311,15 +393,16 @@ static size_t fz_mul(size_t a, size_t b, int *ovf)
     return a * b;
 }
 
-/* span of a view in floats; *ovf set when it (in bytes) overflows size_t */
-static size_t view_span(const favor_tensor *t, int *ovf)
+/* span of a view in elements; *ovf set when it (in bytes: es per element)
+ * overflows size_t */
+static size_t view_span(const favor_tensor *t, size_t es, int *ovf)
 {
     size_t s;
     *ovf = 0;
     s = fz_mul(t->heads - 1, t->head_stride, ovf);
     s = fz_add(s, fz_mul(t->rows - 1, t->row_stride, ovf), ovf);
     s = fz_add(s, t->cols, ovf);
-    fz_mul(s, sizeof(float), ovf);
+    fz_mul(s, es, ovf);
     return s;
 }
 
@@ -365,7 +448,76 @@ static int rows_overlap(const favor_tensor *t)
     return res;
 }
 
-#define VAT(v, h, r, c) ((float *)(v)->t.data + (h) * (v)->t.head_stride + (r) * (v)->t.row_stride + (c))
+/* Elements of a view: their address, their value widened to fp32, a value
+ * rounded into them (fp32, and a dtype outside the enum, are stored as floats) */
+static size_t elem_index(const fz_view *v, size_t h, size_t r, size_t c)
+{
+    return h * v->t.head_stride + r * v->t.row_stride + c;
+}
+static unsigned char *EAT(const fz_view *v, size_t h, size_t r, size_t c)
+{
+    return (unsigned char *)v->t.data + elem_index(v, h, r, c) * v->es;
+}
+/* units from the start of the view's buffer to element (h, r, c) */
+static size_t elem_unit(const fz_view *v, size_t h, size_t r, size_t c)
+{
+    return v->off + elem_index(v, h, r, c) * v->es / UNIT;
+}
+static int is16(const fz_view *v) { return v->es == 2; }
+static float load_elem(const fz_view *v, const unsigned char *p)
+{
+    uint16_t u;
+    float f;
+    if (!is16(v)) {
+        memcpy(&f, p, 4);
+        return f;
+    }
+    memcpy(&u, p, 2);
+    return v->t.dtype == FAVOR_F16 ? f16_to_f32(u) : bf16_to_f32(u);
+}
+static uint16_t narrow_to(favor_dtype dt, float x) { return dt == FAVOR_F16 ? f32_to_f16(x) : f32_to_bf16(x); }
+static void store_elem(const fz_view *v, unsigned char *p, float x)
+{
+    if (is16(v)) {
+        uint16_t u = narrow_to(v->t.dtype, x);
+        memcpy(p, &u, 2);
+    } else {
+        memcpy(p, &x, 4);
+    }
+}
+static float VGET(const fz_view *v, size_t h, size_t r, size_t c) { return load_elem(v, EAT(v, h, r, c)); }
+static void VSET(const fz_view *v, size_t h, size_t r, size_t c, float x) { store_elem(v, EAT(v, h, r, c), x); }
+static uint32_t out_canary(const fz_view *v)
+{
+    return !is16(v) ? CANARY_OUT : v->t.dtype == FAVOR_F16 ? CANARY_OUT_F16 : CANARY_OUT_BF16;
+}
+static void put_canary(const fz_view *v, unsigned char *p)
+{
+    uint32_t c = out_canary(v);
+    uint16_t c16 = (uint16_t)c;
+    if (is16(v)) memcpy(p, &c16, 2);
+    else memcpy(p, &c, 4);
+}
+static int is_canary(const fz_view *v, const unsigned char *p)
+{
+    uint32_t c = 0;
+    uint16_t c16 = 0;
+    if (is16(v)) {
+        memcpy(&c16, p, 2);
+        return c16 == (uint16_t)out_canary(v);
+    }
+    memcpy(&c, p, 4);
+    return c == CANARY_OUT;
+}
+static const char *dtype_name(favor_dtype dt)
+{
+    switch ((int)dt) {
+    case FAVOR_F32: return "f32";
+    case FAVOR_F16: return "f16";
+    case FAVOR_BF16: return "bf16";
+    default: return "bad";
+    }
+}
 
 /* ------------------------------------------------------------------------ */
 /* Decoding small numbers                                                   */
@@ -404,6 +556,21 @@ static float dec_scale(unsigned b, unsigned b2)
     if (b < 192) return 0.01f + (float)b2 / 64.0f; /* a legal explicit scale, 0.01..4 */
     return tab[(b - 192) % (sizeof tab / sizeof tab[0])];
 }
+/* the element type of a tensor (extended inputs): mostly fp32, often 16-bit,
+ * rarely a value outside the enum */
+static int g_dt_ext;     /* the first byte's bit 3: each tensor has a dtype byte */
+static int g_twin_block; /* the operation forbids the fp32 twin (I12; see op_state) */
+static size_t g_twins;   /* fp32 twins run */
+static favor_dtype dec_dtype(unsigned b)
+{
+    static const int bad[] = {3, -1, 7, INT_MIN};
+    if (b < 128) return FAVOR_F32;
+    if (b < 190) return FAVOR_F16;
+    if (b < 252) return FAVOR_BF16;
+    return (favor_dtype)bad[b - 252];
+}
+static int dtype_ok(favor_dtype dt) { return dt == FAVOR_F32 || dt == FAVOR_F16 || dt == FAVOR_BF16; }
+
 static int dec_threads(unsigned b)
 {
     static const int tab[] = {1, 2, 3, 64, -1, INT_MIN, INT_MAX, -7};
@@ -432,6 +599,10 @@ static fz_view *add_view(fz_rd *r, const char *name, int role, size_t h, size_t 
     v->p1 = rd8(r);
     v->p2 = rd8(r);
     b3 = v->p3 = rd8(r);
+    v->t.dtype = g_dt_ext ? dec_dtype(rd8(r)) : FAVOR_F32;
+    v->dt_valid = dtype_ok(v->t.dtype);
+    v->es = v->dt_valid && v->t.dtype != FAVOR_F32 ? 2 : 4;
+    if (v->t.dtype != FAVOR_F32) ctx("[%s %s=%d] ", name, dtype_name(v->t.dtype), (int)v->t.dtype);
     v->vmode = b0 >> 4;
     v->vseed = b0 * 131u + v->p1 * 7u + v->p2 + (unsigned)g_nv * 977u;
     switch (b0 & 15) {
@@ -462,7 +633,7 @@ static fz_view *add_view(fz_rd *r, const char *name, int role, size_t h, size_t 
 }
 
 /* a view that is not a favor_tensor (lse, W, the state): 1 x 1 x len floats at
- * buffer b + off */
+ * buffer b + off units */
 static fz_view *add_range_view(const char *name, int role, int b, size_t off, size_t len)
 {
     fz_view *v;
@@ -483,6 +654,9 @@ static fz_view *add_range_view(const char *name, int role, int b, size_t off, si
     v->t.cols = len;
     v->t.head_stride = len;
     v->t.row_stride = len;
+    v->t.dtype = FAVOR_F32;
+    v->es = 4;
+    v->dt_valid = 1;
     v->span = len;
     v->mem_ok = len > 0;
     v->nested_ok = 1;
@@ -502,7 +676,7 @@ static int new_buf(size_t len)
 static void alloc_buf(int b)
 {
     fz_buf *B = &g_b[b];
-    size_t bytes = B->is_ws ? B->len : B->len * sizeof(float);
+    size_t bytes = buf_bytes(B);
     B->mem = (unsigned char *)fz_alloc(bytes);
     B->snap = (unsigned char *)fz_alloc(bytes);
     B->mayw = (unsigned char *)fz_alloc(B->len + 1);
@@ -510,15 +684,19 @@ static void alloc_buf(int b)
     memset(B->mayw, 0, B->len + 1);
     if (!B->is_ws) {
         size_t i;
-        for (i = 0; i < B->len; ++i) memcpy(B->mem + 4 * i, &(uint32_t){CANARY_GAP}, 4);
+        uint32_t gap = CANARY_GAP;
+        for (i = 0; i < bytes; i += 4) memcpy(B->mem + i, &gap, bytes - i < 4 ? bytes - i : 4);
     }
 }
+
+/* units of a view's span */
+static size_t view_units(const fz_view *v) { return v->span * v->es / UNIT; }
 
 /* Lay out every decoded tensor view (layouts, buffers, absurd sizes) and allocate. */
 static void layout_views(void)
 {
-    size_t gw[2] = {0, 0}, grows[2] = {0, 0}, gpad[2] = {0, 0};
-    int gbuf[2] = {-1, -1}, gseen[2] = {0, 0};
+    size_t gw[2] = {0, 0}, grows[2] = {0, 0}, gpad[2] = {0, 0}; /* gw: units */
+    int gbuf[2] = {-1, -1}, gseen[2] = {0, 0}, g32[2] = {0, 0};
     int i, ovf;
     for (i = 0; i < g_nv; ++i) {
         fz_view *v = &g_v[i];
@@ -543,15 +721,19 @@ static void layout_views(void)
             t->row_stride = rs < 0 ? 0 : (size_t)rs;
             break;
         }
-        case L_FUSED:
+        case L_FUSED: { /* column blocks in units; an fp32 block starts 4-byte aligned */
+            size_t eu = v->es / UNIT;
             v->group = (int)(v->p1 & 1);
             if (!gseen[v->group]) gpad[v->group] = v->p2 % 3; /* the group's row padding */
             gseen[v->group] = 1;
+            if (eu == 2) g32[v->group] = 1;
+            gw[v->group] = (gw[v->group] + eu - 1) / eu * eu;
             v->gcol = gw[v->group];
-            gw[v->group] += h * c;
+            gw[v->group] += h * c * eu;
             if (r > grows[v->group]) grows[v->group] = r;
             t->head_stride = c;
             break;
+        }
         case L_ABSURD: {
             static const size_t big[] = {(size_t)1 << 62, SIZE_MAX, SIZE_MAX / 2 + 1,
                                          SIZE_MAX / 4 + 1, ((size_t)1 << 32) + 1};
@@ -588,15 +770,17 @@ static void layout_views(void)
         fz_view *v = &g_v[i];
         favor_tensor *t = &v->t;
         if (v->buf >= 0) continue;
-        if (v->layout == L_FUSED) /* one row stride for the group; rarely a member's own */
-            t->row_stride = gw[v->group] + ((v->p3 & 8) ? v->p2 % 3 : gpad[v->group]);
+        if (v->layout == L_FUSED) { /* one row stride (in bytes) for the group; rarely a member's own */
+            size_t base = gw[v->group] + (g32[v->group] ? gw[v->group] % 2 : 0); /* units */
+            t->row_stride = (base + 2 * ((v->p3 & 8) ? v->p2 % 3 : gpad[v->group])) * UNIT / v->es;
+        }
         v->zero = !t->heads || !t->rows || !t->cols;
-        v->span = v->zero ? 0 : view_span(t, &ovf);
+        v->span = v->zero ? 0 : view_span(t, v->es, &ovf);
         v->absurd = v->layout == L_ABSURD;
         if (v->absurd && !v->zero && !ovf && (v->p1 >> 2 & 7) != 7) { /* make sure */
             t->rows = SIZE_MAX;
             if (t->row_stride == 0) t->row_stride = 1;
-            v->span = view_span(t, &ovf);
+            v->span = view_span(t, v->es, &ovf);
         }
         v->nulldata = v->layout == L_NULLDATA;
         v->mem_ok = v->present && !v->nulldata && !v->zero && !v->absurd;
@@ -607,14 +791,17 @@ static void layout_views(void)
     /* buffers */
     for (i = 0; i < g_nv; ++i) {
         fz_view *v = &g_v[i];
+        size_t eu, units;
         if (v->buf >= 0 || !v->mem_ok) continue;
+        eu = v->es / UNIT;
+        units = view_units(v);
         if (v->layout == L_FUSED) {
-            size_t rs = v->t.row_stride, end;
+            size_t rs = v->t.row_stride * eu, end; /* units */
             if (gbuf[v->group] < 0) gbuf[v->group] = new_buf(0);
             v->buf = gbuf[v->group];
             v->off = v->gcol;
             end = (grows[v->group] ? grows[v->group] - 1 : 0) * rs + gw[v->group];
-            if (end < v->off + v->span) end = v->off + v->span;
+            if (end < v->off + units) end = v->off + units;
             if (g_b[v->buf].len < end) g_b[v->buf].len = end;
             continue;
         }
@@ -624,27 +811,28 @@ static void layout_views(void)
                 if (j != i && g_v[j].buf >= 0 && g_v[j].mem_ok) cand[nc++] = j;
             if (nc) {
                 int tgt = cand[v->p1 % nc];
-                size_t delta = (v->p2 % 48) * ((v->p3 & 1) ? 1 : v->t.cols);
+                size_t delta = (v->p2 % 48) * ((v->p3 & 1) ? 1 : v->t.cols) * eu;
                 v->alias_of = tgt;
                 v->buf = g_v[tgt].buf;
                 v->off = g_v[tgt].off + delta;
-                if (g_b[v->buf].len < v->off + v->span) {
+                v->off += v->off % eu; /* an fp32 view starts 4-byte aligned */
+                if (g_b[v->buf].len < v->off + units) {
                     if (g_b[v->buf].mem) { /* a fixed buffer (W, state): place at its start */
-                        if (g_b[v->buf].len >= v->span) v->off = 0;
+                        if (g_b[v->buf].len >= units) v->off = 0;
                         else { v->alias_of = -1; v->buf = -1; }
                     } else {
-                        g_b[v->buf].len = v->off + v->span;
+                        g_b[v->buf].len = v->off + units;
                     }
                 }
                 if (v->buf >= 0) continue;
             }
         }
-        if (v->layout == L_OFFSET) {
-            v->buf = new_buf(v->span + v->p2 % 8 + v->p3 % 5);
-            v->off = v->p2 % 8;
+        if (v->layout == L_OFFSET) { /* 16-bit: any 2-byte offset */
+            v->buf = new_buf(units + (v->p2 % 8 + v->p3 % 5) * eu);
+            v->off = v->p2 % 8 * eu;
             continue;
         }
-        v->buf = new_buf(v->span);
+        v->buf = new_buf(units);
         v->off = 0;
     }
     for (i = 0; i < g_nb; ++i)
@@ -652,13 +840,13 @@ static void layout_views(void)
     for (i = 0; i < g_nv; ++i) {
         fz_view *v = &g_v[i];
         if (v->mem_ok) {
-            v->t.data = (float *)(void *)g_b[v->buf].mem + v->off;
+            v->t.data = g_b[v->buf].mem + v->off * UNIT;
         } else if (v->nulldata || !v->present) {
             v->t.data = NULL;
         } else if (v->absurd && (v->p1 >> 2 & 7) == 7 && !v->zero && v->span) {
             /* data + span bytes wraps past the end of the address space */
-            size_t bytes = v->span * sizeof(float);
-            v->t.data = (float *)(uintptr_t)(UINTPTR_MAX - bytes + 1 + 4 * (v->p2 % (bytes / 4)));
+            size_t bytes = v->span * v->es;
+            v->t.data = (void *)(uintptr_t)(UINTPTR_MAX - bytes + 1 + v->es * (v->p2 % v->span));
         } else {
             v->t.data = g_dummy_store; /* never to be touched */
         }
@@ -714,13 +902,14 @@ static void fill_views(fz_rd *r)
             for (h = 0; h < v->t.heads; ++h)
                 for (rr = 0; rr < v->t.rows; ++rr)
                     for (c = 0; c < v->t.cols; ++c) {
-                        float x;
                         if (is_out) {
-                            memcpy(VAT(v, h, rr, c), &(uint32_t){CANARY_OUT}, 4);
-                            continue;
+                            put_canary(v, EAT(v, h, rr, c));
+                        } else if (is16(v) && (v->vmode & 7) == 3 && rd_has(r, 2)) {
+                            uint16_t u = (uint16_t)(rd8(r) | rd8(r) << 8); /* raw 16-bit patterns */
+                            memcpy(EAT(v, h, rr, c), &u, 2);
+                        } else {
+                            VSET(v, h, rr, c, gen_value(r, v, v->vmode));
                         }
-                        x = gen_value(r, v, v->vmode);
-                        *VAT(v, h, rr, c) = x;
                     }
         }
     /* promise flags after everything is written (aliasing views may share elements) */
@@ -734,7 +923,7 @@ static void fill_views(fz_rd *r)
         for (h = 0; h < v->t.heads; ++h)
             for (rr = 0; rr < v->t.rows; ++rr)
                 for (c = 0; c < v->t.cols; ++c) {
-                    float x = *VAT(v, h, rr, c);
+                    float x = VGET(v, h, rr, c);
                     if (!(fabsf(x) <= 1e4f)) v->inprom = 0;
                     if (!(fabsf(x) <= 4.0f)) v->nice = 0;
                 }
@@ -749,17 +938,19 @@ static int harmful_role(int role) { return role == R_OUT || role == R_STATE || r
 
 static void mark_elems(const fz_view *v, int *owner, int id, int *hit, int check_only)
 {
-    size_t h, r, c;
+    size_t h, r, c, u;
     for (h = 0; h < v->t.heads; ++h)
         for (r = 0; r < v->t.rows; ++r)
-            for (c = 0; c < v->t.cols; ++c) {
-                size_t at = v->off + h * v->t.head_stride + r * v->t.row_stride + c;
-                if (owner[at] >= 0 && owner[at] != id) *hit = 1;
-                if (!check_only) owner[at] = id;
-            }
+            for (c = 0; c < v->t.cols; ++c)
+                for (u = 0; u < v->es / UNIT; ++u) {
+                    size_t at = elem_unit(v, h, r, c) + u;
+                    if (owner[at] >= 0 && owner[at] != id) *hit = 1;
+                    if (!check_only) owner[at] = id;
+                }
 }
 
-/* 1 when an output (harmful role) shares an element with another view of the call */
+/* 1 when an output (harmful role) shares a byte with another view of the call
+ * (an element, when they have the same type) */
 static int harmful_overlap(void)
 {
     int b, i, j, hit = 0;
@@ -781,16 +972,16 @@ static int harmful_overlap(void)
 /* 1 when the byte span of an exclusive view meets the span of another view */
 static int span_overlap(const fz_view *a, const fz_view *b)
 {
-    uintptr_t alo = (uintptr_t)a->t.data, ahi = alo + a->span * 4;
-    uintptr_t blo = (uintptr_t)b->t.data, bhi = blo + b->span * 4;
+    uintptr_t alo = (uintptr_t)a->t.data, ahi = alo + a->span * a->es;
+    uintptr_t blo = (uintptr_t)b->t.data, bhi = blo + b->span * b->es;
     return alo < bhi && blo < ahi;
 }
-/* two members of one fused group with the same row stride: the column blocks of
- * one [rows][q|k|v|out] buffer, which the manual says are accepted */
+/* two members of one fused group with the same row stride in bytes: the column
+ * blocks of one [rows][q|k|v|out] buffer, which the manual says are accepted */
 static int column_blocks(const fz_view *a, const fz_view *b)
 {
     return a->layout == L_FUSED && b->layout == L_FUSED && a->group == b->group &&
-           a->t.row_stride == b->t.row_stride;
+           a->t.row_stride * a->es == b->t.row_stride * b->es;
 }
 static int exclusive_span_overlap(void)
 {
@@ -811,22 +1002,16 @@ static int exclusive_span_overlap(void)
 static void snapshot_all(void)
 {
     int b;
-    for (b = 0; b < g_nb; ++b) {
-        size_t bytes = g_b[b].is_ws ? g_b[b].len : g_b[b].len * 4;
-        memcpy(g_b[b].snap, g_b[b].mem, bytes);
-    }
+    for (b = 0; b < g_nb; ++b) memcpy(g_b[b].snap, g_b[b].mem, buf_bytes(&g_b[b]));
 }
 
 static void restore_all(void)
 {
     int b;
-    for (b = 0; b < g_nb; ++b) {
-        size_t bytes = g_b[b].is_ws ? g_b[b].len : g_b[b].len * 4;
-        memcpy(g_b[b].mem, g_b[b].snap, bytes);
-    }
+    for (b = 0; b < g_nb; ++b) memcpy(g_b[b].mem, g_b[b].snap, buf_bytes(&g_b[b]));
 }
 
-/* which floats may change when the call succeeds */
+/* which units may change when the call succeeds */
 static void mark_writable(void)
 {
     int b, i;
@@ -837,8 +1022,11 @@ static void mark_writable(void)
         if (!v->used || !v->mem_ok || !harmful_role(v->role)) continue;
         for (h = 0; h < v->t.heads; ++h)
             for (r = 0; r < v->t.rows; ++r)
-                for (c = 0; c < v->t.cols; ++c)
-                    g_b[v->buf].mayw[v->off + h * v->t.head_stride + r * v->t.row_stride + c] = 1;
+                for (c = 0; c < v->t.cols; ++c) {
+                    size_t at = elem_unit(v, h, r, c);
+                    g_b[v->buf].mayw[at] = 1;
+                    if (!is16(v)) g_b[v->buf].mayw[at + 1] = 1;
+                }
     }
 }
 
@@ -855,17 +1043,17 @@ static void check_unchanged(int ok, const char *what)
         }
         for (k = 0; k < B->len; ++k) {
             if (ok && B->mayw[k]) continue;
-            if (memcmp(B->mem + 4 * k, B->snap + 4 * k, 4)) {
+            if (memcmp(B->mem + UNIT * k, B->snap + UNIT * k, UNIT)) {
                 const char *owner = "a gap";
                 int i;
                 for (i = 0; i < g_nv; ++i)
                     if (g_v[i].mem_ok && g_v[i].buf == b && k >= g_v[i].off &&
-                        k < g_v[i].off + g_v[i].span) {
+                        k < g_v[i].off + view_units(&g_v[i])) {
                         owner = g_v[i].name;
                         break;
                     }
-                FZ_FAIL("%s: %s call changed float %zu of buffer %d (in the span of %s)", what,
-                        ok ? "successful" : "failed", k, b, owner);
+                FZ_FAIL("%s: %s call changed bytes %zu..%zu of buffer %d (in the span of %s)", what,
+                        ok ? "successful" : "failed", UNIT * k, UNIT * k + 1, b, owner);
             }
         }
     }
@@ -899,12 +1087,14 @@ static void check_outputs(const char *what, int want_finite)
         for (h = 0; h < v->t.heads; ++h)
             for (r = 0; r < v->t.rows; ++r)
                 for (c = 0; c < v->t.cols; ++c) {
-                    float x = *VAT(v, h, r, c);
-                    if (f2bits(x) == CANARY_OUT)
+                    float x = VGET(v, h, r, c);
+                    if (is_canary(v, EAT(v, h, r, c)))
                         FZ_FAIL("%s: OK but %s[%zu][%zu][%zu] was never written", what, v->name, h, r, c);
-                    if (want_finite && !isfinite(x) && !(strcmp(v->name, "lse") == 0 && x == -INFINITY))
-                        FZ_FAIL("%s: finite inputs (|x| <= 1e4) but %s[%zu][%zu][%zu] = %g", what,
-                                v->name, h, r, c, (double)x);
+                    /* fp16 overflows to inf above 65504: the fp32 twin (I12) decides */
+                    if (want_finite && !isfinite(x) && !(strcmp(v->name, "lse") == 0 && x == -INFINITY) &&
+                        !(v->t.dtype == FAVOR_F16 && isinf(x)))
+                        FZ_FAIL("%s: finite inputs (|x| <= 1e4) but %s[%zu][%zu][%zu] = %g (%s)", what,
+                                v->name, h, r, c, (double)x, dtype_name(v->t.dtype));
                 }
     }
 }
@@ -915,7 +1105,7 @@ static void keep_first(void)
 {
     int b;
     for (b = 0; b < g_nb; ++b) {
-        size_t bytes = g_b[b].is_ws ? 0 : g_b[b].len * 4;
+        size_t bytes = g_b[b].is_ws ? 0 : buf_bytes(&g_b[b]);
         g_first[b] = (unsigned char *)fz_alloc(bytes);
         memcpy(g_first[b], g_b[b].mem, bytes);
     }
@@ -927,12 +1117,13 @@ static void compare_first(const char *what)
         size_t k;
         if (g_b[b].is_ws) continue;
         for (k = 0; k < g_b[b].len; ++k)
-            if (memcmp(g_first[b] + 4 * k, g_b[b].mem + 4 * k, 4)) {
-                float x, y;
-                memcpy(&x, g_first[b] + 4 * k, 4);
-                memcpy(&y, g_b[b].mem + 4 * k, 4);
+            if (memcmp(g_first[b] + UNIT * k, g_b[b].mem + UNIT * k, UNIT)) {
+                uint16_t x, y;
+                memcpy(&x, g_first[b] + UNIT * k, UNIT);
+                memcpy(&y, g_b[b].mem + UNIT * k, UNIT);
                 FZ_FAIL("%s: the repeated call (other workspace, other output garbage) differs "
-                        "at float %zu of buffer %d: %.9g vs %.9g", what, k, b, (double)x, (double)y);
+                        "at bytes %zu..%zu of buffer %d: %#06x vs %#06x", what, UNIT * k, UNIT * k + 1, b,
+                        (unsigned)x, (unsigned)y);
             }
     }
 }
@@ -945,7 +1136,7 @@ static void garble_outputs(unsigned pat)
         size_t h, r;
         if (!v->used || !v->mem_ok || v->role != R_OUT) continue;
         for (h = 0; h < v->t.heads; ++h)
-            for (r = 0; r < v->t.rows; ++r) fill_garbage(VAT(v, h, r, 0), v->t.cols * 4, pat + (unsigned)(h * 131 + r));
+            for (r = 0; r < v->t.rows; ++r) fill_garbage(EAT(v, h, r, 0), v->t.cols * v->es, pat + (unsigned)(h * 131 + r));
     }
 }
 
@@ -1011,7 +1202,7 @@ static int make_features(const fz_fcfg *c)
         kernel = FAVOR_POSITIVE; /* make something valid; mutate below */
     fl = favor_features_floats((favor_kernel)kernel, c->d ? c->d : 1, c->m ? c->m : 1);
     if (kernel != FAVOR_ELU1) {
-        g_fbuf = new_buf(fl);
+        g_fbuf = new_buf(fl * 2);
         alloc_buf(g_fbuf);
     }
     s = favor_features_init(&g_f, (favor_kernel)kernel, c->d ? c->d : 1, kernel == FAVOR_ELU1 ? 0 : (c->m ? c->m : 1),
@@ -1052,10 +1243,10 @@ static void add_w_views(void)
     size_t md;
     if (!g_have_f || g_fbuf < 0 || !g_f.w) return;
     md = g_f.count * g_f.dim;
-    if (md > g_b[g_fbuf].len || !g_f.wt) return;
+    if (2 * md > g_b[g_fbuf].len || !g_f.wt) return;
     add_range_view("W", R_IN, g_fbuf, 0, md);
-    if (g_f.wt && (size_t)(g_f.wt - (float *)(void *)g_b[g_fbuf].mem) + md <= g_b[g_fbuf].len)
-        add_range_view("Wt", R_IN, g_fbuf, (size_t)(g_f.wt - (float *)(void *)g_b[g_fbuf].mem), md);
+    if (g_f.wt && 2 * ((size_t)(g_f.wt - (float *)(void *)g_b[g_fbuf].mem) + md) <= g_b[g_fbuf].len)
+        add_range_view("Wt", R_IN, g_fbuf, 2 * (size_t)(g_f.wt - (float *)(void *)g_b[g_fbuf].mem), md);
 }
 
 typedef struct {
@@ -1162,20 +1353,26 @@ static void dump_views(const char *what)
     fprintf(stderr, "favor_fuzz: calling %s | %s\n", what, g_ctx);
     for (i = 0; i < g_nv; ++i) {
         const fz_view *v = &g_v[i];
-        fprintf(stderr, "    %-10s %s layout=%d %s data=%p heads=%zu rows=%zu cols=%zu hs=%zu rs=%zu "
+        fprintf(stderr, "    %-10s %s layout=%d %s data=%p %s heads=%zu rows=%zu cols=%zu hs=%zu rs=%zu "
                 "buf=%d off=%zu span=%zu%s%s%s%s inprom=%d\n", v->name,
                 v->role == R_OUT ? "OUT" : v->role == R_IN ? "IN " : v->role == R_STATE ? "ST " : "oth",
-                v->layout, v->present ? "" : "(NULL tensor)", (void *)v->t.data, v->t.heads, v->t.rows,
-                v->t.cols, v->t.head_stride, v->t.row_stride, v->buf, v->off, v->span,
+                v->layout, v->present ? "" : "(NULL tensor)", (void *)v->t.data, dtype_name(v->t.dtype),
+                v->t.heads, v->t.rows, v->t.cols, v->t.head_stride, v->t.row_stride, v->buf,
+                v->off * UNIT / v->es, v->span,
                 v->absurd ? " absurd" : "", v->zero ? " zero" : "", v->self_overlap ? " self-overlap" : "",
                 v->used ? "" : " unused", v->inprom);
     }
 }
 
+/* run `call` (a macro-ish closure through a function pointer and a struct) */
+typedef favor_status (*fz_call_fn)(void *);
+
 /* The common verdict of an attention-style call. */
 typedef struct {
     int must_fail, should_ok;
     const char *why_fail;
+    int bad_dtype, want_arg; /* I11: a dtype outside the enum; nothing may fail before it */
+    const char *bad_name;
 } fz_verdict;
 
 static void verdict_views(fz_verdict *vd)
@@ -1212,6 +1409,128 @@ static void verdict_call(fz_verdict *vd, fz_ocfg *c, size_t query)
     if (!c->opt_ok) { vd->must_fail = 1; vd->why_fail = "bad options"; }
 }
 
+/* I11. ord: the call's tensors in the order the library checks them (each: NULL
+ * data, then its dtype, then its sizes and layout); pre: a check made before any
+ * tensor may fail (a NULL pointer, favor_feature_map's features); gate[i]: a
+ * check made between tensors i - 1 and i may fail (a backward call's input
+ * shapes before its gradients). The first tensor with a dtype outside the enum
+ * makes the call fail, with FAVOR_E_ARG when nothing before it may fail. */
+static void verdict_dtype(fz_verdict *vd, fz_view *const *ord, const int *gate, int n, int pre)
+{
+    int i;
+    for (i = 0; i < n; ++i) {
+        const fz_view *v = ord[i];
+        if (gate && gate[i]) pre = 1;
+        if (!v->present || v->nulldata) {
+            pre = 1;
+            continue;
+        }
+        if (!v->dt_valid) {
+            vd->must_fail = 1;
+            vd->why_fail = "a dtype outside the enum";
+            vd->bad_dtype = 1;
+            vd->want_arg = !pre;
+            vd->bad_name = v->name;
+            return;
+        }
+        if (!v->nested_ok) pre = 1; /* zero, absurd or overlapping sizes, or unnested */
+    }
+}
+
+/* 1 when one of the n views is a NULL tensor pointer */
+static int any_nullptr(fz_view *const *ord, int n)
+{
+    int i;
+    for (i = 0; i < n; ++i)
+        if (!ord[i]->present) return 1;
+    return 0;
+}
+
+/* The workspace of a backward call (the manual, WORKSPACE): its query sees q, k
+ * and v only. When one of them is 16-bit the query covers any types of the
+ * other tensors (every tensor counted as 16-bit); when all three are fp32 it
+ * covers fp32 out, dout and gradients, and a 16-bit one of those needs the size
+ * queried with a 16-bit view in place of q (FINDING-5). bwd_query_q returns the q
+ * to query with; *upper: the query counts every tensor as 16-bit although some
+ * is not (the linear backward has no out: always), an upper bound of what the
+ * call needs (a workspace below it may then go either way: verdict_bwd_ws,
+ * before verdict_ws). */
+static const favor_tensor *bwd_query_q(favor_tensor *tmp, int *upper, int with_out, const fz_view *q,
+                                       const fz_view *k, const fz_view *v, fz_view *const *rest, int nrest)
+{
+    int i, qkv16, rest16 = 0, rest32 = 0;
+    *upper = 0;
+    if (!q->present) return NULL;
+    qkv16 = is16(q) || is16(k) || is16(v);
+    for (i = 0; i < nrest; ++i)
+        if (rest[i]->present) {
+            if (is16(rest[i])) rest16 = 1;
+            else rest32 = 1;
+        }
+    if (qkv16) {
+        *upper = !with_out || rest32 || !is16(q) || !is16(k) || !is16(v);
+        return &q->t;
+    }
+    if (!rest16 || !q->dt_valid || !k->dt_valid || !v->dt_valid) return &q->t;
+    *tmp = q->t;
+    tmp->dtype = FAVOR_F16;
+    *upper = 1;
+    ctx("[workspace queried with a 16-bit q] ");
+    return tmp;
+}
+
+/* After a successful backward call whose workspace was queried with a 16-bit q
+ * (fp32 q, k, v; a 16-bit out, dout or gradient), the same call with a workspace
+ * of the bytes the plain query gives: the manual says "a smaller workspace is
+ * FAVOR_E_WORKSPACE", but when the staging fits in the slack of the per-thread
+ * slice it is accepted (e.g. linear, ELU1, d = 9, d_v = 1, n = 12, n_k = 1, only
+ * dk fp16); so either FAVOR_E_WORKSPACE writing nothing (not even the
+ * workspace), or FAVOR_OK with the same results bit for bit. */
+static size_t g_plain_refused, g_plain_ok;
+static void check_plain_query(const char *what, fz_call_fn fn, void *arg, fz_ocfg *oc, size_t plain)
+{
+    unsigned char *keep[FZ_MAXB], *w, *wsnap;
+    void *ws0 = oc->o.workspace;
+    size_t sz0 = oc->o.workspace_size;
+    favor_status s;
+    int b;
+    if (!oc->use_opts || !plain) return;
+    for (b = 0; b < g_nb; ++b) {
+        keep[b] = (unsigned char *)fz_alloc(buf_bytes(&g_b[b]));
+        memcpy(keep[b], g_b[b].mem, buf_bytes(&g_b[b]));
+    }
+    w = (unsigned char *)fz_alloc(plain + 1);
+    wsnap = (unsigned char *)fz_alloc(plain + 1);
+    fill_garbage(w, plain + 1, 6161u);
+    memcpy(wsnap, w, plain + 1);
+    oc->o.workspace = w + 1;
+    oc->o.workspace_size = plain;
+    s = fn(arg);
+    oc->o.workspace = ws0;
+    oc->o.workspace_size = sz0;
+    if (s != FAVOR_E_WORKSPACE && s != FAVOR_OK)
+        FZ_FAIL("%s: with a workspace of the %zu bytes queried with the fp32 q (fp32 q, k, v and a 16-bit out, "
+                "dout or gradient) the call returned %s", what, plain, favor_status_string(s));
+    if (s == FAVOR_OK) ++g_plain_ok;
+    else ++g_plain_refused;
+    if (s != FAVOR_OK && memcmp(w, wsnap, plain + 1)) FZ_FAIL("%s: the refused call wrote its workspace", what);
+    for (b = 0; b < g_nb; ++b)
+        if (!g_b[b].is_ws && memcmp(keep[b], g_b[b].mem, buf_bytes(&g_b[b])))
+            FZ_FAIL("%s: with a workspace of the %zu bytes queried with the fp32 q, %s, buffer %d differs from the "
+                    "call with the 16-bit q's", what, plain, s == FAVOR_OK ? "accepted" : "refused", b);
+    if (verbose())
+        fprintf(stderr, "favor_fuzz: %s with the fp32 q's %zu bytes of workspace -> %s\n", what, plain,
+                favor_status_string(s));
+}
+
+static void verdict_bwd_ws(fz_verdict *vd, fz_ocfg *oc, int upper)
+{
+    if (upper && oc->use_opts && oc->o.workspace && oc->ws_small && !oc->ws_alias) {
+        oc->ws_small = 0;
+        vd->should_ok = 0;
+    }
+}
+
 /* mismatch: the views are valid memory but their shapes do not fit the call */
 static void verdict_mismatch(fz_verdict *vd, int mismatch)
 {
@@ -1246,6 +1565,14 @@ static void judge(const char *what, favor_status s, const fz_verdict *vd, const 
         s != FAVOR_E_ALIAS && s != FAVOR_E_WORKSPACE && s != FAVOR_E_NOMEM && s != FAVOR_E_ARG)
         FZ_FAIL("%s returned an undocumented status %d", what, (int)s);
     if (s == FAVOR_E_NOMEM && !(c && c->malloc_fail)) FZ_FAIL("%s: FAVOR_E_NOMEM without a failing FAVOR_MALLOC", what);
+    if (vd->bad_dtype && s != FAVOR_OK) {
+        if (vd->want_arg && s != FAVOR_E_ARG)
+            FZ_FAIL("%s: %s has a dtype outside the enum and no check before it can fail, but the call "
+                    "returned %s, not FAVOR_E_ARG", what, vd->bad_name, favor_status_string(s));
+        if (s != FAVOR_E_ARG && s != FAVOR_E_NULL && s != FAVOR_E_SHAPE && s != FAVOR_E_OVERFLOW)
+            FZ_FAIL("%s: %s has a dtype outside the enum, but the call returned %s (a check made after "
+                    "the tensors')", what, vd->bad_name, favor_status_string(s));
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1295,20 +1622,23 @@ static size_t visible(size_t i, size_t n, size_t nk)
 }
 
 /* rows of out that see no key are exactly zero; with want_range, every element
- * lies in the range of the visible v values (tolerance tol * max|V| of the head) */
+ * lies in the range of the visible v values (tolerance tol * max|V| of the head,
+ * plus the rounding of a 16-bit out) */
 static void check_rows(const char *what, const fz_view *o, const fz_view *vv, int causal,
                        int want_range, double tol)
 {
     size_t h, i, c, j, grp = o->t.heads / vv->t.heads, n = o->t.rows, nk = vv->t.rows;
+    double tiny = o->t.dtype == FAVOR_F16 ? ldexp(1.0, -24) : 1e-30;
+    if (is16(o)) tol += 2.0 * ldexp(1.0, o->t.dtype == FAVOR_F16 ? -11 : -8);
     for (h = 0; h < o->t.heads; ++h) {
         size_t g = h / grp;
         double M = 0.0;
         for (j = 0; j < nk; ++j)
-            for (c = 0; c < vv->t.cols; ++c) M = fmax(M, fabs((double)*VAT(vv, g, j, c)));
+            for (c = 0; c < vv->t.cols; ++c) M = fmax(M, fabs((double)VGET(vv, g, j, c)));
         for (i = 0; i < n; ++i) {
             size_t vis = causal ? visible(i, n, nk) : nk;
             for (c = 0; c < o->t.cols; ++c) {
-                double x = *VAT(o, h, i, c), lo = INFINITY, hi = -INFINITY;
+                double x = VGET(o, h, i, c), lo = INFINITY, hi = -INFINITY;
                 if (vis == 0) {
                     if (x != 0.0)
                         FZ_FAIL("%s: %s[%zu][%zu][%zu] = %g but the row sees no key", what, o->name,
@@ -1317,11 +1647,11 @@ static void check_rows(const char *what, const fz_view *o, const fz_view *vv, in
                 }
                 if (!want_range) continue;
                 for (j = 0; j < vis; ++j) {
-                    double y = *VAT(vv, g, j, c);
+                    double y = VGET(vv, g, j, c);
                     lo = fmin(lo, y);
                     hi = fmax(hi, y);
                 }
-                if (!(x >= lo - tol * M - 1e-30 && x <= hi + tol * M + 1e-30))
+                if (!(x >= lo - tol * M - tiny && x <= hi + tol * M + tiny))
                     FZ_FAIL("%s: %s[%zu][%zu][%zu] = %.9g outside the range [%.9g, %.9g] of the "
                             "visible values (tolerance %g * %g)", what, o->name, h, i, c, x, lo, hi,
                             tol, M);
@@ -1343,12 +1673,163 @@ static void reset_call(void)
     g_stbuf = -1;
     g_malloc_fail = 0;
     g_malloc_calls = 0;
+    g_twin_block = 0;
     g_ctxn = 0;
     g_ctx[0] = 0;
 }
 
-/* run `call` (a macro-ish closure through a function pointer and a struct) */
-typedef favor_status (*fz_call_fn)(void *);
+
+/* I12: the fp32 twin of a successful call with 16-bit tensors */
+
+static int twin_wanted(void)
+{
+    int i;
+    if (g_twin_block) return 0;
+    for (i = 0; i < g_nv; ++i)
+        if (g_v[i].used && g_v[i].mem_ok && is16(&g_v[i]) && (g_v[i].role == R_IN || g_v[i].role == R_OUT))
+            return 1;
+    return 0;
+}
+
+static float widen16(favor_dtype dt, uint16_t u) { return dt == FAVOR_F16 ? f16_to_f32(u) : bf16_to_f32(u); }
+
+/* n floats of the 16-bit call (a) and of its twin (b): bit-identical, or both NaN */
+static void twin_floats(const char *what, const char *name, const unsigned char *a, const unsigned char *b,
+                        size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        uint32_t x, y;
+        memcpy(&x, a + 4 * i, 4);
+        memcpy(&y, b + 4 * i, 4);
+        if (x != y && !(isnan(bits2f(x)) && isnan(bits2f(y))))
+            FZ_FAIL("%s: %s[%zu] = %.9g (%#010x) with 16-bit tensors but %.9g (%#010x) with fp32 copies of them",
+                    what, name, i, (double)bits2f(x), (unsigned)x, (double)bits2f(y), (unsigned)y);
+    }
+}
+
+/* After a successful call with 16-bit tensors (its results in the buffers, the
+ * state struct at sptr; spre: the struct before the call), call again on the
+ * inputs as they were, with each 16-bit tensor replaced by a packed fp32 copy
+ * (inputs widened, outputs fresh), the same options with an allocated
+ * workspace: it must succeed, and its outputs rounded into each output's type
+ * must be the first call's bits (I12). The first call's results are put back. */
+static void run_twin(const char *what, fz_call_fn fn, void *arg, fz_ocfg *oc, int want_finite, void *sptr,
+                     const unsigned char *spre, size_t sbytes)
+{
+    unsigned char *keep[FZ_MAXB];
+    favor_tensor orig[FZ_MAXV];
+    size_t orig_es[FZ_MAXV];
+    int swapped[FZ_MAXV], b, i;
+    favor_state post;
+    void *ws0 = oc ? oc->o.workspace : NULL;
+    size_t sz0 = oc ? oc->o.workspace_size : 0;
+    favor_status s;
+    ++g_twins;
+    for (b = 0; b < g_nb; ++b) {
+        keep[b] = (unsigned char *)fz_alloc(buf_bytes(&g_b[b]));
+        memcpy(keep[b], g_b[b].mem, buf_bytes(&g_b[b]));
+    }
+    restore_all(); /* inputs, outputs and the state as before the call */
+    if (sbytes) {
+        memcpy(&post, sptr, sizeof post);
+        memcpy(sptr, spre, sbytes);
+    }
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        size_t h, r, c, rows = v->t.rows, cols = v->t.cols;
+        unsigned char *p;
+        swapped[i] = v->used && v->mem_ok && is16(v) && (v->role == R_IN || v->role == R_OUT);
+        if (!swapped[i]) continue;
+        p = (unsigned char *)fz_alloc(v->t.heads * rows * cols * 4);
+        for (h = 0; h < v->t.heads; ++h)
+            for (r = 0; r < rows; ++r)
+                for (c = 0; c < cols; ++c) {
+                    unsigned char *e = p + 4 * ((h * rows + r) * cols + c);
+                    if (v->role == R_IN) {
+                        float x = VGET(v, h, r, c);
+                        memcpy(e, &x, 4);
+                    } else {
+                        uint32_t u = CANARY_OUT;
+                        memcpy(e, &u, 4);
+                    }
+                }
+        orig[i] = v->t;
+        orig_es[i] = v->es;
+        v->t.data = p;
+        v->t.head_stride = rows * cols;
+        v->t.row_stride = cols;
+        v->t.dtype = FAVOR_F32;
+        v->es = 4;
+    }
+    if (oc) {
+        oc->o.workspace = NULL;
+        oc->o.workspace_size = 0;
+    }
+    dump_views("the fp32 twin");
+    s = fn(arg);
+    if (oc) {
+        oc->o.workspace = ws0;
+        oc->o.workspace_size = sz0;
+    }
+    if (s != FAVOR_OK)
+        FZ_FAIL("%s succeeded with 16-bit tensors but fails with fp32 copies of them: %s", what, favor_status_string(s));
+    for (i = 0; i < g_nv; ++i) {
+        fz_view *v = &g_v[i];
+        size_t h, r, c;
+        if (!v->used || !v->mem_ok || v->role != R_OUT) continue;
+        for (h = 0; h < v->t.heads; ++h)
+            for (r = 0; r < v->t.rows; ++r)
+                for (c = 0; c < v->t.cols; ++c) {
+                    float y = VGET(v, h, r, c);
+                    if (is_canary(v, EAT(v, h, r, c)))
+                        FZ_FAIL("%s with fp32 copies of its 16-bit tensors: %s[%zu][%zu][%zu] was never written",
+                                what, v->name, h, r, c);
+                    if (want_finite && !isfinite(y) && !(strcmp(v->name, "lse") == 0 && y == -INFINITY))
+                        FZ_FAIL("%s with fp32 copies of its 16-bit tensors: finite inputs (|x| <= 1e4) but "
+                                "%s[%zu][%zu][%zu] = %g", what, v->name, h, r, c, (double)y);
+                    if (swapped[i]) {
+                        const favor_tensor *o = &orig[i];
+                        size_t at = v->off + (h * o->head_stride + r * o->row_stride + c) * orig_es[i] / UNIT;
+                        uint16_t got, want = narrow_to(o->dtype, y);
+                        memcpy(&got, keep[v->buf] + UNIT * at, 2);
+                        if (got != want && !(isnan(widen16(o->dtype, got)) && isnan(widen16(o->dtype, want))))
+                            FZ_FAIL("%s: %s[%zu][%zu][%zu] (%s) = %#06x (%.9g) but the fp32 call on the widened "
+                                    "inputs gives %.9g, which rounds to %#06x (%.9g)", what, v->name, h, r, c,
+                                    dtype_name(o->dtype), (unsigned)got, (double)widen16(o->dtype, got),
+                                    (double)y, (unsigned)want, (double)widen16(o->dtype, want));
+                    } else {
+                        twin_floats(what, v->name, keep[v->buf] + UNIT * elem_unit(v, h, r, c), EAT(v, h, r, c), 1);
+                    }
+                }
+    }
+    if (sbytes) { /* the state: S, z, c, the compensation and the pending block (not the scratch) */
+        const favor_state *st = (const favor_state *)sptr;
+        size_t H = post.heads, w = post.width, dv = post.dv;
+        const float *base = (const float *)(const void *)g_b[g_stbuf].mem;
+        struct { const char *name; const float *p; size_t n; } reg[5];
+        int k;
+        reg[0].name = "state S"; reg[0].p = post.s; reg[0].n = H * w * dv;
+        reg[1].name = "state z"; reg[1].p = post.z; reg[1].n = H * w;
+        reg[2].name = "state c"; reg[2].p = post.c; reg[2].n = H + 1;
+        reg[3].name = "state comp"; reg[3].p = post.comp; reg[3].n = H * w * (dv + 1);
+        reg[4].name = "state pend"; reg[4].p = post.pend; reg[4].n = H * 16 * (w + dv + 1);
+        if (st->tokens != post.tokens)
+            FZ_FAIL("%s: tokens %llu with 16-bit tensors, %llu with fp32 copies", what, post.tokens, st->tokens);
+        for (k = 0; k < 5; ++k) {
+            size_t at = 4 * (size_t)(reg[k].p - base);
+            if (at + 4 * reg[k].n > buf_bytes(&g_b[g_stbuf])) FZ_FAIL("harness: state region outside its buffer");
+            twin_floats(what, reg[k].name, keep[g_stbuf] + at, g_b[g_stbuf].mem + at, reg[k].n);
+        }
+        memcpy(sptr, &post, sizeof post);
+    }
+    for (i = 0; i < g_nv; ++i)
+        if (swapped[i]) {
+            g_v[i].t = orig[i];
+            g_v[i].es = orig_es[i];
+        }
+    for (b = 0; b < g_nb; ++b) memcpy(g_b[b].mem, keep[b], buf_bytes(&g_b[b]));
+}
 
 /* One attention-like call with the snapshot / verdict / repeat protocol. */
 static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_verdict *vd,
@@ -1401,6 +1882,7 @@ static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_
         if (s2 != FAVOR_OK) FZ_FAIL("%s: the repeated call failed with %s", what, favor_status_string(s2));
         compare_first(what);
     }
+    if (twin_wanted()) run_twin(what, fn, arg, oc, want_finite, (void *)(uintptr_t)sptr, structs, sbytes);
     return s;
 }
 
@@ -1423,18 +1905,18 @@ static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz
     before = (float *)fz_alloc(len * sizeof(float));
     for (h = 0; h < o->t.heads; ++h)
         for (i = 0; i < n; ++i)
-            for (c = 0; c < o->t.cols; ++c) before[(h * n + i) * o->t.cols + c] = *VAT(o, h, i, c);
+            for (c = 0; c < o->t.cols; ++c) before[(h * n + i) * o->t.cols + c] = VGET(o, h, i, c);
     for (h = 0; h < k->t.heads; ++h)
         for (j = cut; j < nk; ++j) {
             for (c = 0; c < k->t.cols; ++c) {
-                float *x = VAT(k, h, j, c);
-                *x = (hflags & 0x80) && c == 1 ? (j & 1 ? -INFINITY : NAN)
-                                               : 0.5f - 0.25f * (float)((j + c + h) % 5) + (*x > 0.0f ? 0.125f : 0.0f);
+                float x = VGET(k, h, j, c);
+                VSET(k, h, j, c, (hflags & 0x80) && c == 1 ? (j & 1 ? -INFINITY : NAN)
+                                 : 0.5f - 0.25f * (float)((j + c + h) % 5) + (x > 0.0f ? 0.125f : 0.0f));
             }
             for (c = 0; c < v->t.cols; ++c) {
-                float *x = VAT(v, h, j, c);
-                *x = (hflags & 0x80) && c == 0 ? (j & 1 ? INFINITY : NAN)
-                                               : 1.0f + (float)((3 * j + c + h) % 7) - (*x > 0.0f ? 9.0f : 0.0f);
+                float x = VGET(v, h, j, c);
+                VSET(v, h, j, c, (hflags & 0x80) && c == 0 ? (j & 1 ? INFINITY : NAN)
+                                 : 1.0f + (float)((3 * j + c + h) % 7) - (x > 0.0f ? 9.0f : 0.0f));
             }
         }
     s = fn(arg);
@@ -1442,7 +1924,7 @@ static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz
     for (h = 0; h < o->t.heads; ++h)
         for (i = 0; i < n && visible(i, n, nk) <= cut; ++i)
             for (c = 0; c < o->t.cols; ++c) {
-                float x = before[(h * n + i) * o->t.cols + c], y = *VAT(o, h, i, c);
+                float x = before[(h * n + i) * o->t.cols + c], y = VGET(o, h, i, c);
                 if (!(x == y || (isnan(x) && isnan(y))))
                     FZ_FAIL("%s: out[%zu][%zu][%zu] (sees %zu keys) changed from %.9g to %.9g when "
                             "keys/values from %zu on changed", what, h, i, c, visible(i, n, nk), (double)x,
@@ -1473,16 +1955,17 @@ static fz_view *add_lse(fz_ocfg *oc, int role, size_t count)
     if (oc->lse_mode == 2) {
         int i, cand[FZ_MAXV], nc = 0;
         for (i = 0; i < g_nv; ++i)
-            if (g_v[i].mem_ok && g_v[i].buf >= 0 && g_v[i].span >= count) cand[nc++] = i;
+            if (g_v[i].mem_ok && g_v[i].buf >= 0 && view_units(&g_v[i]) >= 2 * count + g_v[i].off % 2)
+                cand[nc++] = i; /* lse: floats at a 4-byte aligned offset in the view */
         if (nc) {
             i = cand[oc->lse_p % nc];
-            v = add_range_view("lse", role, g_v[i].buf, g_v[i].off, count);
+            v = add_range_view("lse", role, g_v[i].buf, g_v[i].off + g_v[i].off % 2, count);
             v->mem_ok = count > 0;
             ctx("[lse aliased onto %s] ", g_v[i].name);
             return v;
         }
     }
-    v = add_range_view("lse", role, new_buf(count), 0, count);
+    v = add_range_view("lse", role, new_buf(2 * count), 0, count);
     alloc_buf(v->buf);
     v->mem_ok = count > 0;
     return v;
@@ -1493,7 +1976,7 @@ static void finish_range_views(void)
     int i;
     for (i = 0; i < g_nv; ++i)
         if (g_v[i].buf >= 0 && g_v[i].mem_ok && !g_v[i].t.data)
-            g_v[i].t.data = (float *)(void *)g_b[g_v[i].buf].mem + g_v[i].off;
+            g_v[i].t.data = g_b[g_v[i].buf].mem + g_v[i].off * UNIT;
 }
 
 /* the inputs of every attention call: q (hq x n x d), k (hkv x nk x d), v (hkv x nk x dv) */
@@ -1517,7 +2000,7 @@ static void op_softmax(fz_rd *r, unsigned hflags)
     fz_shape sh;
     fz_ocfg oc;
     fz_sm_args a;
-    fz_verdict vd = {0, 1, NULL};
+    fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
     size_t query, lse_n;
     int causal, fin;
     favor_status s;
@@ -1538,6 +2021,11 @@ static void op_softmax(fz_rd *r, unsigned hflags)
                           !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t));
     if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
     verdict_ws(&vd, &oc, query);
+    {
+        fz_view *ord[4];
+        ord[0] = a.q; ord[1] = a.k; ord[2] = a.v; ord[3] = a.o;
+        verdict_dtype(&vd, ord, NULL, 4, any_nullptr(ord, 4));
+    }
     causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f);
     s = run_protocol("favor_softmax_attention", call_softmax, &a, &vd, &oc, fin, hflags & 1, NULL, NULL, 0);
@@ -1579,9 +2067,11 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
     fz_shape sh;
     fz_ocfg oc;
     fz_smb_args a;
-    fz_verdict vd = {0, 1, NULL};
+    fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
     size_t query, lse_n;
-    int causal, fin, consistent = 0;
+    int causal, fin, consistent = 0, upper;
+    favor_tensor q16;
+    const favor_tensor *qq;
     favor_status s;
     ctx("softmax_attention_backward ");
     dec_shape(r, &sh);
@@ -1619,11 +2109,16 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
             for (h = 0; h < a.o->t.heads; ++h)
                 for (i = 0; i < a.o->t.rows; ++i)
                     for (c = 0; c < a.o->t.cols; ++c)
-                        if (!(fabsf(*VAT(a.o, h, i, c)) <= 1e4f)) a.o->inprom = 0;
+                        if (!(fabsf(VGET(a.o, h, i, c)) <= 1e4f)) a.o->inprom = 0;
             ctx("[out, lse from the forward] ");
         }
     }
-    query = favor_softmax_attention_backward_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    {
+        fz_view *rest[5];
+        rest[0] = a.o; rest[1] = a.g; rest[2] = a.dq; rest[3] = a.dk; rest[4] = a.dv;
+        qq = bwd_query_q(&q16, &upper, 1, a.q, a.k, a.v, rest, 5);
+    }
+    query = favor_softmax_attention_backward_workspace(qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok && a.g->mem_ok &&
                           a.dq->mem_ok && a.dk->mem_ok && a.dv->mem_ok &&
@@ -1631,12 +2126,26 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
                             same_shape(&a.dq->t, &a.q->t) && same_shape(&a.dk->t, &a.k->t) &&
                             same_shape(&a.dv->t, &a.v->t)));
     if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
+    verdict_bwd_ws(&vd, &oc, upper);
     verdict_ws(&vd, &oc, query);
+    { /* q, k, v, dout, out, then the input shapes, then each gradient and its shape */
+        fz_view *ord[8];
+        int gate[8] = {0};
+        ord[0] = a.q; ord[1] = a.k; ord[2] = a.v; ord[3] = a.g; ord[4] = a.o;
+        ord[5] = a.dq; ord[6] = a.dk; ord[7] = a.dv;
+        gate[5] = !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.o->t, &a.g->t));
+        gate[6] = !same_shape(&a.dq->t, &a.q->t);
+        gate[7] = !same_shape(&a.dk->t, &a.k->t);
+        verdict_dtype(&vd, ord, gate, 8, any_nullptr(ord, 8));
+    }
     causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f) &&
           (!a.lse || !a.lse->mem_ok || consistent);
     s = run_protocol("favor_softmax_attention_backward", call_softmax_bwd, &a, &vd, &oc, fin,
                      hflags & 1, NULL, NULL, 0);
+    if (s == FAVOR_OK && qq == &q16)
+        check_plain_query("favor_softmax_attention_backward", call_softmax_bwd, &a, &oc,
+                                  favor_softmax_attention_backward_workspace(T(a.q), T(a.k), T(a.v), &oc.o));
     if (s == FAVOR_OK && fin) /* a row that sees no key has no gradient */
         check_rows("favor_softmax_attention_backward", a.dq, a.k, causal, 0, 0.0);
 }
@@ -1687,7 +2196,7 @@ static int dec_linear(fz_rd *r, fz_shape *sh, fz_fcfg *fc, fz_ocfg *oc)
 static void add_ignored_lse(fz_ocfg *oc)
 {
     if (oc->use_opts && oc->lse_mode) {
-        fz_view *v = add_range_view("ignored-lse", R_IGN, new_buf(7), 0, 7);
+        fz_view *v = add_range_view("ignored-lse", R_IGN, new_buf(14), 0, 7);
         alloc_buf(v->buf);
         v->used = 0;
         v->t.data = (float *)(void *)g_b[v->buf].mem;
@@ -1701,7 +2210,7 @@ static void op_linear(fz_rd *r, unsigned hflags)
     fz_ocfg oc;
     fz_fcfg fc;
     fz_lin_args a;
-    fz_verdict vd = {0, 1, NULL};
+    fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
     size_t query;
     int causal, fin, fnull;
     favor_status s;
@@ -1719,6 +2228,11 @@ static void op_linear(fz_rd *r, unsigned hflags)
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
                           !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t));
     verdict_ws(&vd, &oc, query);
+    {
+        fz_view *ord[4];
+        ord[0] = a.q; ord[1] = a.k; ord[2] = a.v; ord[3] = a.o;
+        verdict_dtype(&vd, ord, NULL, 4, !a.f || any_nullptr(ord, 4));
+    }
     causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
     s = run_protocol("favor_linear_attention", call_linear, &a, &vd, &oc, fin, hflags & 1,
@@ -1751,9 +2265,11 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
     fz_ocfg oc;
     fz_fcfg fc;
     fz_linb_args a;
-    fz_verdict vd = {0, 1, NULL};
+    fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
     size_t query;
-    int causal, fin, fnull;
+    int causal, fin, fnull, upper;
+    favor_tensor q16;
+    const favor_tensor *qq;
     favor_status s;
     ctx("linear_attention_backward ");
     fnull = dec_linear(r, &sh, &fc, &oc);
@@ -1766,18 +2282,37 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
     a.f = fnull ? NULL : &g_f;
     place_views(r);
     add_ignored_lse(&oc);
-    query = favor_linear_attention_backward_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    {
+        fz_view *rest[4];
+        rest[0] = a.g; rest[1] = a.dq; rest[2] = a.dk; rest[3] = a.dv;
+        qq = bwd_query_q(&q16, &upper, 0, a.q, a.k, a.v, rest, 4);
+    }
+    query = favor_linear_attention_backward_workspace(a.f, qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_features(&vd, a.f, a.q->t.cols);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.g->mem_ok && a.dq->mem_ok &&
                           a.dk->mem_ok && a.dv->mem_ok &&
                           !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.dq->t, &a.q->t) &&
                             same_shape(&a.dk->t, &a.k->t) && same_shape(&a.dv->t, &a.v->t)));
+    verdict_bwd_ws(&vd, &oc, upper);
     verdict_ws(&vd, &oc, query);
+    { /* f, then q, k, v, dout, the input shapes, each gradient and its shape */
+        fz_view *ord[7];
+        int gate[7] = {0};
+        ord[0] = a.q; ord[1] = a.k; ord[2] = a.v; ord[3] = a.g;
+        ord[4] = a.dq; ord[5] = a.dk; ord[6] = a.dv;
+        gate[4] = !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t);
+        gate[5] = !same_shape(&a.dq->t, &a.q->t);
+        gate[6] = !same_shape(&a.dk->t, &a.k->t);
+        verdict_dtype(&vd, ord, gate, 7, !a.f || any_nullptr(ord, 7));
+    }
     causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
     s = run_protocol("favor_linear_attention_backward", call_linear_bwd, &a, &vd, &oc, fin,
                      hflags & 1, NULL, NULL, 0);
+    if (s == FAVOR_OK && qq == &q16)
+        check_plain_query("favor_linear_attention_backward", call_linear_bwd, &a, &oc,
+                                  favor_linear_attention_backward_workspace(a.f, T(a.q), T(a.k), T(a.v), &oc.o));
     if (s == FAVOR_OK && causal) /* rows that see no key: zero gradient, always */
         check_rows("favor_linear_attention_backward", a.dq, a.k, causal, 0, 0.0);
 }
@@ -1800,7 +2335,7 @@ static void op_feature_map(fz_rd *r, unsigned hflags)
     fz_shape sh;
     fz_fcfg fc;
     fz_fm_args a;
-    fz_verdict vd = {0, 1, NULL};
+    fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
     unsigned rb;
     int fin, fnull;
     size_t w;
@@ -1827,6 +2362,11 @@ static void op_feature_map(fz_rd *r, unsigned hflags)
     verdict_mismatch(&vd, a.x->mem_ok && a.phi->mem_ok &&
                           !(a.phi->t.cols == feat_width(&g_f) && a.x->t.heads == a.phi->t.heads &&
                             a.x->t.rows == a.phi->t.rows));
+    { /* f, x, phi (NULL), then the features, then x, phi */
+        fz_view *ord[2];
+        ord[0] = a.x; ord[1] = a.phi;
+        verdict_dtype(&vd, ord, NULL, 2, !a.f || !feat_valid(&g_f) || any_nullptr(ord, 2));
+    }
     fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(g_f.scale) && a.role != FAVOR_PLAIN;
     s = run_protocol("favor_feature_map", call_fmap, &a, &vd, NULL, fin, 0, NULL, NULL, 0);
     (void)s;
@@ -1920,7 +2460,7 @@ static void op_state(fz_rd *r, unsigned hflags)
         FZ_FAIL("favor_state_floats = %zu for arguments favor_state_init rejects", sfl);
     }
     if (sfl && sfl <= ((size_t)1 << 22)) {
-        g_stbuf = new_buf(sfl);
+        g_stbuf = new_buf(2 * sfl);
         alloc_buf(g_stbuf);
         fill_garbage(g_b[g_stbuf].mem, sfl * 4, 31u);
     }
@@ -1958,7 +2498,7 @@ static void op_state(fz_rd *r, unsigned hflags)
         unsigned kind = rd8(r), smut = rd8(r);
         fz_ocfg oc;
         fz_ext_args a;
-        fz_verdict vd = {0, 1, NULL};
+        fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
         size_t n, query = 0, gnv = 0;
         favor_state saved = g_st;
         int fin, i;
@@ -2020,6 +2560,17 @@ static void op_state(fz_rd *r, unsigned hflags)
         if (!a.step) {
             verdict_ws(&vd, &oc, query);
         }
+        { /* st, f, the NULL tensors, then q, k, v, out */
+            fz_view *ord[4];
+            ord[0] = a.q; ord[1] = a.k; ord[2] = a.v; ord[3] = a.o;
+            verdict_dtype(&vd, ord, NULL, 4, !a.st || !a.f || any_nullptr(ord, 4));
+        }
+        /* I12 compares the state after an fp32 twin started from the same state:
+         * not when an input lives in the state's storage (the call reads it
+         * while it updates the state) */
+        g_twin_block = 0;
+        for (i = 0; i < g_nv; ++i)
+            if (g_v[i].used && g_v[i].mem_ok && g_v[i].role == R_IN && g_v[i].buf == g_stbuf) g_twin_block = 1;
         fin = !tainted && all_inprom() && fok &&
               scale_in_promise(a.step ? g_f.scale : lin_scale(&oc));
         snprintf(what, sizeof what, "%s (call %u)", a.step ? "favor_linear_step" : "favor_linear_extend", it);
@@ -2085,7 +2636,7 @@ static void op_features(fz_rd *r, unsigned hflags)
     if (fl != want) FZ_FAIL("favor_features_floats = %zu, expected %zu", fl, want);
     if (kernel >= 1 && kernel <= 4 && dim && count && !fl) valid = 0; /* overflow */
     if (fl && fl <= ((size_t)1 << 20) && (sm & 3) != 3) {
-        sb = new_buf(fl);
+        sb = new_buf(2 * fl);
         alloc_buf(sb);
         fill_garbage(g_b[sb].mem, fl * 4, 5u);
         memcpy(g_b[sb].snap, g_b[sb].mem, fl * 4);
@@ -2206,24 +2757,58 @@ static void op_misc(fz_rd *r, unsigned hflags)
     rows = (size_t)rd32(r) | (size_t)rd32(r) << 32;
     cols = (size_t)rd32(r) | (size_t)rd32(r) << 32;
     t = favor_tensor_packed(one, h, rows, cols);
-    if (t.data != one || t.heads != h || t.rows != rows || t.cols != cols || t.row_stride != cols)
+    if (t.data != one || t.heads != h || t.rows != rows || t.cols != cols || t.row_stride != cols ||
+        t.dtype != FAVOR_F32)
         FZ_FAIL("favor_tensor_packed: wrong fields");
     {
         int ovf = 0;
         size_t hs = fz_mul(rows, cols, &ovf);
         if (t.head_stride != (ovf ? SIZE_MAX : hs)) FZ_FAIL("favor_tensor_packed: head_stride %zu", t.head_stride);
     }
+    /* element types: sizes, the packed view of any type (a trailing byte picks
+     * it: inputs written before element types keep fp32) */
+    {
+        favor_dtype dt = (favor_dtype)(rd8(r) % 3);
+        favor_tensor t2 = favor_tensor_packed_as(dt, one + 1, h, rows, cols);
+        if (favor_dtype_size(FAVOR_F32) != 4 || favor_dtype_size(FAVOR_F16) != 2 ||
+            favor_dtype_size(FAVOR_BF16) != 2 || favor_dtype_size((favor_dtype)3) ||
+            favor_dtype_size((favor_dtype)-1) || favor_dtype_size((favor_dtype)INT_MIN) ||
+            favor_dtype_size((favor_dtype)(int)sv) != (sv == 0 ? 4u : sv <= 2 ? 2u : 0u))
+            FZ_FAIL("favor_dtype_size: wrong sizes (%zu for %d)", favor_dtype_size((favor_dtype)(int)sv), (int)sv);
+        if (t2.data != (void *)(one + 1) || t2.dtype != dt || t2.heads != h || t2.rows != rows || t2.cols != cols ||
+            t2.row_stride != cols || t2.head_stride != t.head_stride)
+            FZ_FAIL("favor_tensor_packed_as: wrong fields");
+        t = t2;
+    }
     /* an absurd packed tensor is refused by every entry point */
     if (h > 1 || rows > 1 || cols > 2) {
         int ovf = 0;
         size_t span = fz_add(fz_add(fz_mul(h ? h - 1 : 0, t.head_stride, &ovf), fz_mul(rows ? rows - 1 : 0, cols, &ovf), &ovf), cols, &ovf);
-        fz_mul(span, 4, &ovf);
+        fz_mul(span, favor_dtype_size(t.dtype), &ovf);
         if (ovf && h && rows && cols) {
             favor_tensor small = favor_tensor_packed(one, 1, 1, 1);
             if (favor_softmax_attention(&t, &small, &small, &small, NULL) == FAVOR_OK ||
                 favor_softmax_attention(&small, &small, &small, &t, NULL) == FAVOR_OK)
                 FZ_FAIL("an overflowing packed tensor was accepted");
         }
+    }
+    /* a dtype outside the enum: FAVOR_E_ARG, after FAVOR_E_NULL for NULL data */
+    {
+        static const int bad[] = {3, -1, 100, INT_MIN, INT_MAX};
+        favor_tensor a = favor_tensor_packed(one, 1, 1, 1), out = favor_tensor_packed(one + 4, 1, 1, 1), b;
+        int i;
+        for (i = 0; i < 5; ++i) {
+            b = a;
+            b.dtype = (favor_dtype)bad[i];
+            if (favor_softmax_attention(&b, &a, &a, &out, NULL) != FAVOR_E_ARG ||
+                favor_softmax_attention(&a, &a, &a, &b, NULL) != FAVOR_E_ARG ||
+                favor_softmax_attention_workspace(&b, &a, &a, NULL) != 0)
+                FZ_FAIL("a tensor of dtype %d was not refused with FAVOR_E_ARG", bad[i]);
+            b.data = NULL;
+            if (favor_softmax_attention(&b, &a, &a, &out, NULL) != FAVOR_E_NULL)
+                FZ_FAIL("a tensor of dtype %d with NULL data did not give FAVOR_E_NULL", bad[i]);
+        }
+        if (one[4] != 0.0f) FZ_FAIL("a refused call wrote its output");
     }
     /* NULL everywhere: never a crash, never FAVOR_OK */
     T1 = favor_tensor_packed(one, 1, 1, 1);
@@ -2271,7 +2856,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (i = 0; i < size && i < 64; ++i) h = mix64(h ^ data[i]);
     r.rng = h;
     reset_call();
-    op = rd8(&r) % 8;
+    op = rd8(&r);
+    g_dt_ext = (op & 8) != 0; /* bits 4-7: ignored */
+    op %= 8;
     hflags = rd8(&r);
     switch (op) {
     case 0: op_softmax(&r, hflags); break;

@@ -55,6 +55,21 @@ def view(layout="packed", vmode=0, p1=0, p2=0, p3=0):
     return bytes([LAYOUT[layout] | vmode << 4, p1, p2, p3])
 
 
+# Element types (the extended format: bit 3 of the first byte set, then every
+# tensor view takes a fifth byte; dec_dtype in favor_fuzz.c). "bad*" are values
+# outside the enum: 3, -1, 7, INT_MIN.
+DT = {"f32": 0, "f16": 128, "bf16": 190, "bad3": 252, "bad-1": 253, "bad7": 254, "badmin": 255}
+EXT = 8
+
+
+def tview(dt, layout="packed", vmode=0, p1=0, p2=0, p3=0):
+    return view(layout, vmode, p1, p2, p3) + bytes([DT[dt]])
+
+
+def tviews(*dts):
+    return b"".join(tview(d) for d in dts)
+
+
 P = view()  # a packed view of nice values
 
 
@@ -147,6 +162,92 @@ def seeds():
     # ---- op 7: small functions -----------------------------------------------------
     s["misc"] = bytes([7, 0]) + struct.pack("<IIQQ", 9, 3, 1 << 62, 5)
     s["misc-small"] = bytes([7, 0]) + struct.pack("<IIQQ", 0xFFFFFFFF, 2, 3, 4)
+    s.update(dtype_seeds())
+    return s
+
+
+def dtype_seeds():
+    """Seeds of the extended format: element types per tensor (I11, I12)."""
+    s = {}
+    # ---- softmax forward ----
+    s["dt-sm-f16"] = bytes([0 | EXT, 0]) + shape() + ocfg() + tviews("f16", "f16", "f16", "f16")
+    s["dt-sm-bf16-causal-chunks"] = (bytes([0 | EXT, 1 | 4 | 8 * 5]) + shape(2, 2, 70, 65, 16, 8) +
+                                     ocfg(True, ws_mode=1, ws_p=3, lse_mode=1) + tviews("bf16", "bf16", "bf16", "bf16"))
+    s["dt-sm-mixed-decode"] = (bytes([0 | EXT, 1]) + shape(2, 2, 1, 70, 8, 8) + ocfg(True, ws_mode=1, lse_mode=1) +
+                               tviews("bf16", "f16", "f32", "f16"))
+    s["dt-sm-f32-in-f16-out"] = (bytes([0 | EXT, 1]) + shape(1, 1, 66, 66, 5, 7) + ocfg(ws_mode=1) +
+                                 tviews("f32", "f32", "f32", "f16"))
+    s["dt-sm-layouts"] = (bytes([0 | EXT, 1]) + shape(2, 1, 8, 8, 6, 6) + ocfg(ws_mode=3, ws_p=17) +
+                          tview("f16", "interleaved") + tview("bf16", "padded", 0, 2, 3) +
+                          tview("f32", "interpad", 0, 1, 2) + tview("f16", "offset", 0, 0, 5, 3))
+    s["dt-sm-fused-mixed"] = (bytes([0 | EXT, 0]) + shape(2, 1, 7, 7, 3, 3) + ocfg() +
+                              tview("f16", "fused") + tview("f32", "fused") + tview("bf16", "fused") +
+                              tview("f16", "fused"))
+    s["dt-sm-raw16"] = (bytes([0 | EXT, 0]) + shape(1, 1, 6, 6, 3, 3) + ocfg(True, lse_mode=1) +
+                        tview("f16", vmode=3) * 2 + tview("bf16", vmode=3) + tview("f16") + bytes(range(7, 250, 3)))
+    s["dt-sm-big-values"] = (bytes([0 | EXT, 1 | 4]) + shape(1, 2, 17, 17, 20, 20) + ocfg(True) +
+                             tview("f16", vmode=7) * 3 + tview("f16"))
+    s["dt-sm-out-aliases-q"] = bytes([0 | EXT, 0]) + shape() + ocfg() + tviews("f16", "f32", "f32") + tview("f16", "alias")
+    s["dt-sm-bad-k"] = bytes([0 | EXT, 0]) + shape() + ocfg() + tviews("f32", "bad3", "f16", "f16")
+    s["dt-sm-bad-out-null-q"] = (bytes([0 | EXT, 0]) + shape() + ocfg() + tview("f16", "null") +
+                                 tviews("f32", "f32", "bad-1"))
+    s["dt-sm-bad-zero-q"] = (bytes([0 | EXT, 0]) + shape() + ocfg() + tview("bad3", "zero", 0, 0, 1) +
+                             tviews("f16", "f16", "f16"))  # the dtype is checked before the sizes
+    s["dt-sm-bad-after-zero"] = (bytes([0 | EXT, 0]) + shape() + ocfg() + tview("f16", "zero", 0, 0, 1) +
+                                 tviews("f32", "badmin", "f16"))
+    # ---- softmax backward ----
+    s["dt-smb-consistent-bf16"] = (bytes([1 | EXT, 1 | 2]) + shape(2, 2, 66, 64, 8, 5) +
+                                   ocfg(True, lse_mode=3, ws_mode=1) + tviews(*["bf16"] * 8))
+    s["dt-smb-f32-in-f16-grads"] = (bytes([1 | EXT, 2]) + shape(1, 1, 9, 9, 4, 4) + ocfg(ws_mode=1) +
+                                    tviews("f32", "f32", "f32", "f32", "f32", "f16", "f16", "f16"))
+    s["dt-smb-mixed"] = (bytes([1 | EXT, 1 | 2]) + shape(1, 2, 12, 10, 6, 3) + ocfg(True, lse_mode=1) +
+                         tviews("f16", "bf16", "f32", "f16", "bf16", "f32", "bf16", "f16"))
+    s["dt-smb-bad-dv"] = bytes([1 | EXT, 0]) + shape() + ocfg() + tviews("f16", "f16", "f16", "f16", "f16", "f16", "f16", "bad7")
+    s["dt-smb-bad-dk-shape"] = (bytes([1 | EXT, 0]) + shape() + ocfg() + tviews("f32", "f32", "f32", "f32") +
+                                tview("f32", p3=0xF0 | 4 | 1) + tviews("f16", "bad3", "f16"))
+    # ---- linear forward and backward ----
+    for k, m in (("positive", 24), ("elu1", 0), ("trig", 16)):
+        s["dt-lin-causal-" + k] = (bytes([2 | EXT, 1 | 4 | 8 * 25]) + shape(2, 2, 70, 70, 6, 5) +
+                                   fcfg(k, m if m else 6) + ocfg(True, ws_mode=1) + tviews("f16", "bf16", "f16", "bf16"))
+    s["dt-lin-noncausal-f32-in-bf16-out"] = (bytes([2 | EXT, 0]) + shape(1, 4, 9, 15, 7, 3) + fcfg("positive", 9, 1) +
+                                             ocfg(ws_mode=1) + tviews("f32", "f32", "f32", "bf16"))
+    s["dt-lin-bad-q-f-null"] = (bytes([2 | EXT, 0]) + shape() + fcfg("positive", 8, mut=15, mutp=1) + ocfg() +
+                                tviews("bad3", "f16", "f16", "f16"))
+    for k, m in (("positive", 10), ("relu", 12)):
+        s["dt-linb-causal-" + k] = (bytes([3 | EXT, 1]) + shape(2, 2, 66, 66, 5, 4) + fcfg(k, m) +
+                                    ocfg(True, ws_mode=1) + tviews("bf16", "f16", "f16", "bf16", "f16", "bf16", "f16"))
+    s["dt-linb-f32-in-f16-grads"] = (bytes([3 | EXT, 1]) + shape(2, 1, 10, 15, 4, 6) + fcfg("relu", 7) +
+                                     ocfg(ws_mode=1) + tviews("f32", "f32", "f32", "f32", "f16", "f16", "f16"))
+    s["dt-linb-stash-in-ws"] = (bytes([3 | EXT, 1]) + shape(1, 4, 12, 9, 1, 1) + fcfg("positive", 3) +
+                                ocfg(True, ws_mode=1) + tviews("f16", "f16", "f16", "f16", "bf16", "bf16", "bf16"))
+    s["dt-linb-bad-dout"] = (bytes([3 | EXT, 0]) + shape() + fcfg("positive", 8) + ocfg() +
+                             tviews("f16", "f16", "f16", "bad-1", "f16", "f16", "f16"))
+    # ---- feature map ----
+    for k, role, dx, dp in (("positive", 1, "f16", "f16"), ("hyperbolic", 0, "bf16", "f32"),
+                            ("trig", 1, "f32", "bf16"), ("elu1", 2, "f16", "bf16")):
+        s["dt-fmap-%s-role%d" % (k, role)] = (bytes([4 | EXT, 0]) + shape(2, 1, 66, 1, 9, 1) +
+                                              fcfg(k, 5 if k != "elu1" else 9) + bytes([role]) + tviews(dx, dp))
+    s["dt-fmap-bad-phi"] = bytes([4 | EXT, 0]) + shape() + fcfg() + bytes([0]) + tviews("f16", "bad7")
+    s["dt-fmap-bad-x-bad-features"] = bytes([4 | EXT, 0]) + shape() + fcfg(mut=1) + bytes([0]) + tviews("bad3", "f16")
+
+    # ---- the recurrent state ----
+    def step(kind, dts, n=None, opts=None, smut=0):
+        b = bytes([kind, smut])
+        if kind % 8 == 7:
+            return b
+        if kind % 8 < 5:
+            b += bytes([enc_len(n)])
+        return b + (opts if opts is not None else ocfg(True)) + tviews(*dts)
+    s["dt-state-extend-step"] = (bytes([5 | EXT, 1]) + shape(2, 2, 1, 1, 6, 4) + fcfg("positive", 8) + bytes([0, 3]) +
+                                 step(0, ("f16", "f16", "f16", "f16"), 9) + step(5, ("bf16", "bf16", "bf16", "bf16")) +
+                                 step(0, ("f32", "bf16", "f16", "f32"), 70, ocfg(True, ws_mode=1)) +
+                                 step(5, ("f16", "f32", "bf16", "f16")))
+    s["dt-state-elu1-steps"] = (bytes([5 | EXT, 0]) + shape(1, 2, 1, 1, 5, 5) + fcfg("elu1", 5) + bytes([0, 3]) +
+                                step(5, ("f16",) * 4) + step(6, ("bf16",) * 4) + step(5, ("f16", "bad3", "f16", "f16")) +
+                                step(6, ("f16",) * 4))
+    # ---- small functions: a trailing byte picks favor_tensor_packed_as's type ----
+    s["dt-misc-f16"] = bytes([7 | EXT, 0]) + struct.pack("<IIQQ", 1, 3, 1 << 62, 5) + bytes([1])
+    s["dt-misc-bf16"] = bytes([7 | EXT, 0]) + struct.pack("<IIQQ", 2, 3, 1 << 62, 7) + bytes([2])
     return s
 
 
@@ -168,6 +269,14 @@ def repros():
     r["finding2-causal-nan-leak"] = bytes([0, 4 | 8 * 7 | 0x80]) + shape(1, 1, 10, 10, 4, 4) + ocfg(True) + P * 4
     r["finding2-causal-nan-leak-linear"] = (bytes([2, 4 | 8 * 7 | 0x80]) + shape(1, 1, 10, 10, 4, 4) +
                                             fcfg("relu", 8) + ocfg(True) + P * 4)
+    # FINDING-5 (documented in 8d5e29b): the backward workspace queries see only q,
+    # k, v; with those fp32 and the gradients fp16, a workspace of exactly the plain
+    # query's bytes was refused with FAVOR_E_WORKSPACE. ws_mode 1: exactly the
+    # query, which the harness now makes with a 16-bit view in place of q.
+    r["finding5-softmax-backward-ws-query"] = (bytes([1 | EXT, 2]) + shape(1, 1, 9, 9, 4, 4) + ocfg(ws_mode=1) +
+                                               tviews("f32", "f32", "f32", "f32", "f32", "f16", "f16", "f16"))
+    r["finding5-linear-backward-ws-query"] = (bytes([3 | EXT, 1]) + shape(2, 1, 10, 15, 4, 6) + fcfg("relu", 7) +
+                                              ocfg(ws_mode=1) + tviews("f32", "f32", "f32", "f32", "f16", "f16", "f16"))
     return r
 
 
