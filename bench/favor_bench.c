@@ -14,12 +14,16 @@
  * Each time is the median of >= 5 calls after a warm-up call; the GFLOP/s come
  * from the formulas printed in the header, and the fraction of the fp32 FMA peak
  * that this program measures at start with a loop of independent FMAs on the
- * backend favor.h was built with. Then it times autoregressive decoding: exact
+ * backend favor.h was built with. Beside each favor.h time, favor.h again on the
+ * same inputs rounded to fp16 (and bf16 with --half), Q, K, V and O all 16-bit,
+ * as a ratio to its fp32 time. Then it times autoregressive decoding: exact
  * softmax decode rows (favor_softmax_attention of 1 or 4 query rows against a KV
  * cache of 1K ... 1M rows, d = 64 and 128, 8 query heads on 8 key/value heads and
  * 32 on 8, 1 and 2 threads) in GB/s of K and V and as a fraction of a
  * single-thread read bandwidth it measures first (a streaming sum over 1 GiB);
- * and favor_linear_step after the same contexts, against the exact decode.
+ * one query row against the same cache in fp32, fp16 and bf16 side by side (GB/s
+ * of the bytes read, speed-up over fp32); and favor_linear_step after the same
+ * contexts, against the exact decode.
  *
  * `favor_bench --help` lists the options; `--quick` is the smoke test that ctest
  * runs: tiny sizes, every method checked against a float64 reference.
@@ -35,6 +39,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <spawn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +127,123 @@ static void fill_normal(float *x, size_t count, double sd, unsigned long long se
 }
 
 /* ------------------------------------------------------------------------- */
+/* 16-bit elements (fp16, bf16): the bench's own conversions, to make 16-bit   */
+/* inputs from its fp32 ones and to read 16-bit outputs back for the checks     */
+/* ------------------------------------------------------------------------- */
+
+/* The 16-bit types timed beside fp32, by index: 0 fp16, 1 bf16. */
+#define N_HALF 2
+static const favor_dtype half_dtype[N_HALF] = {FAVOR_F16, FAVOR_BF16};
+static const char *const half_id[N_HALF] = {"f16", "bf16"};
+
+static const char *dtype_id(favor_dtype dt)
+{
+    return dt == FAVOR_F16 ? "f16" : dt == FAVOR_BF16 ? "bf16" : "f32";
+}
+
+/* fp32 -> IEEE binary16, round to nearest, ties to even (overflow to +-inf). */
+static uint16_t to_f16(float x)
+{
+    uint32_t u, a;
+    uint16_t sign;
+    memcpy(&u, &x, sizeof u);
+    sign = (uint16_t)((u >> 16) & 0x8000u);
+    a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x1ffu)); /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: +-inf */
+    if (a >= 0x38800000u) {                                   /* normal: >= 2^-14 */
+        uint32_t r = a - 0x38000000u;                         /* exponent 127 -> 15 */
+        return (uint16_t)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+    }
+    { /* subnormal or zero: round(|x| / 2^-24), exact scaling, lrintf ties to even */
+        float f;
+        memcpy(&f, &a, sizeof f);
+        return (uint16_t)(sign | (uint16_t)lrintf(f * 16777216.0f));
+    }
+}
+
+static float from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+    if (e == 0) {
+        f = (float)m * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    }
+    u = sign | (e == 31 ? 0x7f800000u : (e + 112u) << 23) | (m << 13);
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* fp32 -> bfloat16, round to nearest, ties to even (NaN stays NaN). */
+static uint16_t to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* y[i] = x[i] rounded to dt (FAVOR_F16 or FAVOR_BF16), on every OpenMP thread
+ * (the decode caches are gigabytes). */
+static void narrow_array(favor_dtype dt, uint16_t *y, const float *x, size_t count)
+{
+    const size_t chunk = (size_t)1 << 16;
+    long c, nchunks = (long)((count + chunk - 1) / chunk);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (c = 0; c < nchunks; ++c) {
+        size_t i = (size_t)c * chunk, end = count - i < chunk ? count : i + chunk;
+#if FAVOR_SIMD == FAVOR_AVX2 && defined(__F16C__)
+        if (dt == FAVOR_F16) /* the same rounding as to_f16, 8 at a time */
+            for (; i + 8 <= end; i += 8) {
+                __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+                _mm_storeu_si128((__m128i *)(void *)(y + i), h);
+            }
+#endif
+        if (dt == FAVOR_F16)
+            for (; i < end; ++i) y[i] = to_f16(x[i]);
+        else
+            for (; i < end; ++i) y[i] = to_bf16(x[i]);
+    }
+}
+
+static float widen_one(favor_dtype dt, uint16_t h)
+{
+    return dt == FAVOR_F16 ? from_f16(h) : from_bf16(h);
+}
+
+static void widen_array(favor_dtype dt, float *y, const uint16_t *x, size_t count)
+{
+    size_t i;
+    for (i = 0; i < count; ++i) y[i] = widen_one(dt, x[i]);
+}
+
+/* Element (h, r, c) of a view of any element type, as a float. */
+static float elem_at(const favor_tensor *t, size_t h, size_t r, size_t c)
+{
+    size_t i = h * t->head_stride + r * t->row_stride + c;
+    if (t->dtype == FAVOR_F32) return ((const float *)t->data)[i];
+    return widen_one(t->dtype, ((const uint16_t *)t->data)[i]);
+}
+
+/* Unit roundoff of an output element type (0 for fp32): rounding an fp32 result
+ * into it moves it by at most u |x| (plus half the smallest fp16 subnormal). */
+static double dtype_roundoff(favor_dtype dt)
+{
+    return dt == FAVOR_F16 ? ldexp(1.0, -11) : dt == FAVOR_BF16 ? ldexp(1.0, -8) : 0.0;
+}
+
+/* ------------------------------------------------------------------------- */
 /* Methods, jobs and timing                                                   */
 /* ------------------------------------------------------------------------- */
 
@@ -199,9 +321,12 @@ static int time_calls(bench_fn fn, void *ctx, int runs, double budget, timing *t
     return 0;
 }
 
-/* The inputs of a job: Q, K ~ N(0, 0.5^2), V ~ N(0, 1), packed [head][token][dim]. */
+/* The inputs of a job: Q, K ~ N(0, 0.5^2), V ~ N(0, 1), packed [head][token][dim];
+ * for each 16-bit type timed (job_data_half), the same inputs rounded to it and
+ * an output of that type. */
 typedef struct {
     float *q, *k, *v, *o;
+    uint16_t *hq[N_HALF], *hk[N_HALF], *hv[N_HALF], *ho[N_HALF]; /* NULL: not made */
     size_t len;
 } job_data;
 
@@ -217,14 +342,40 @@ static void job_data_make(const job_spec *s, job_data *x)
     fill_normal(x->k, x->len, 0.5, base + 2);
     fill_normal(x->v, x->len, 1.0, base + 3);
     memset(x->o, 0, x->len * sizeof(float));
+    memset(x->hq, 0, sizeof x->hq);
+    memset(x->hk, 0, sizeof x->hk);
+    memset(x->hv, 0, sizeof x->hv);
+    memset(x->ho, 0, sizeof x->ho);
+}
+
+/* The 16-bit inputs (and output) of type half_dtype[hi]: Q, K, V rounded. */
+static void job_data_half(job_data *x, int hi)
+{
+    size_t bytes = x->len * sizeof(uint16_t);
+    favor_dtype dt = half_dtype[hi];
+    x->hq[hi] = (uint16_t *)xmalloc(bytes);
+    x->hk[hi] = (uint16_t *)xmalloc(bytes);
+    x->hv[hi] = (uint16_t *)xmalloc(bytes);
+    x->ho[hi] = (uint16_t *)xmalloc(bytes);
+    narrow_array(dt, x->hq[hi], x->q, x->len);
+    narrow_array(dt, x->hk[hi], x->k, x->len);
+    narrow_array(dt, x->hv[hi], x->v, x->len);
+    memset(x->ho[hi], 0, bytes);
 }
 
 static void job_data_free(job_data *x)
 {
+    int hi;
     free(x->q);
     free(x->k);
     free(x->v);
     free(x->o);
+    for (hi = 0; hi < N_HALF; ++hi) {
+        free(x->hq[hi]);
+        free(x->hk[hi]);
+        free(x->hv[hi]);
+        free(x->ho[hi]);
+    }
 }
 
 /* The feature map of a job (FAVOR+: W drawn from the job's seed). */
@@ -371,6 +522,52 @@ static double error_ratio(const job_spec *s, const job_data *x, const double *re
     return err / tol;
 }
 
+/* The float64 reference of a job on its 16-bit inputs of type half_dtype[hi]
+ * (widened exactly to fp32 first). */
+static double *reference_half(const job_spec *s, const job_data *x, int hi,
+                              const favor_features *f)
+{
+    job_data w;
+    double *ref;
+    favor_dtype dt = half_dtype[hi];
+    memset(&w, 0, sizeof w);
+    w.len = x->len;
+    w.q = alloc_floats(x->len);
+    w.k = alloc_floats(x->len);
+    w.v = alloc_floats(x->len);
+    widen_array(dt, w.q, x->hq[hi], x->len);
+    widen_array(dt, w.k, x->hk[hi], x->len);
+    widen_array(dt, w.v, x->hv[hi], x->len);
+    ref = reference(s, &w, f);
+    free(w.q);
+    free(w.k);
+    free(w.v);
+    return ref;
+}
+
+/* The same check for the 16-bit output of type half_dtype[hi] against the
+ * reference of its 16-bit inputs: the tolerance of error_ratio (with max|V|
+ * of the 16-bit V), plus the rounding of each output element into the type,
+ * u (|ref| + tol) + 2^-25 (u = 2^-11 for fp16, 2^-8 for bf16). <= 1 passes. */
+static double error_ratio_half(const job_spec *s, const job_data *x, int hi, const double *ref)
+{
+    favor_dtype dt = half_dtype[hi];
+    double worst = 0, vmax = 0, omax = 0, tol, u = dtype_roundoff(dt);
+    size_t i;
+    for (i = 0; i < x->len; ++i) {
+        double a = fabs((double)widen_one(dt, x->hv[hi][i]));
+        if (a > vmax) vmax = a;
+        if (fabs(ref[i]) > omax) omax = fabs(ref[i]);
+    }
+    tol = s->method == M_FAVORP ? 1e-4 * omax : 2e-5 * vmax;
+    for (i = 0; i < x->len; ++i) {
+        double e = fabs((double)widen_one(dt, x->ho[hi][i]) - ref[i]);
+        double r = e / (tol + u * (fabs(ref[i]) + tol) + ldexp(1.0, -25));
+        if (!(r <= worst)) worst = r; /* NaN propagates */
+    }
+    return worst;
+}
+
 /* ------------------------------------------------------------------------- */
 /* favor.h itself                                                             */
 /* ------------------------------------------------------------------------- */
@@ -393,9 +590,10 @@ static int favor_job_call(void *p)
     return j->status != FAVOR_OK;
 }
 
-/* Time favor.h on a job; with `ref`, check the output against it. Returns 0, or
- * -1 with the status in *st. */
-static int run_favor(const job_spec *s, job_data *x, const double *ref, timing *t,
+/* Time favor.h on a job, on its fp32 tensors (hi < 0) or on its 16-bit ones of
+ * type half_dtype[hi] (Q, K, V and O); with `ref`, check the output against it
+ * (the reference of the same inputs). Returns 0, or -1 with the status in *st. */
+static int run_favor(const job_spec *s, job_data *x, int hi, const double *ref, timing *t,
                      favor_status *st)
 {
     favor_job j;
@@ -405,10 +603,18 @@ static int run_favor(const job_spec *s, job_data *x, const double *ref, timing *
     int rc;
     j.s = s;
     w = features_make(s, &j.f);
-    j.q = favor_tensor_packed(x->q, s->heads, s->n, s->d);
-    j.k = favor_tensor_packed(x->k, s->heads, s->n, s->d);
-    j.v = favor_tensor_packed(x->v, s->heads, s->n, s->d);
-    j.o = favor_tensor_packed(x->o, s->heads, s->n, s->d);
+    if (hi < 0) {
+        j.q = favor_tensor_packed(x->q, s->heads, s->n, s->d);
+        j.k = favor_tensor_packed(x->k, s->heads, s->n, s->d);
+        j.v = favor_tensor_packed(x->v, s->heads, s->n, s->d);
+        j.o = favor_tensor_packed(x->o, s->heads, s->n, s->d);
+    } else {
+        favor_dtype dt = half_dtype[hi];
+        j.q = favor_tensor_packed_as(dt, x->hq[hi], s->heads, s->n, s->d);
+        j.k = favor_tensor_packed_as(dt, x->hk[hi], s->heads, s->n, s->d);
+        j.v = favor_tensor_packed_as(dt, x->hv[hi], s->heads, s->n, s->d);
+        j.o = favor_tensor_packed_as(dt, x->ho[hi], s->heads, s->n, s->d);
+    }
     j.opt = favor_default_options();
     j.opt.flags = s->causal ? FAVOR_CAUSAL : 0;
     j.opt.threads = s->threads;
@@ -421,7 +627,7 @@ static int run_favor(const job_spec *s, job_data *x, const double *ref, timing *
     j.status = FAVOR_OK;
     rc = time_calls(favor_job_call, &j, s->runs, 1e-3 * s->budget_ms, t);
     *st = j.status;
-    if (rc == 0 && ref) t->err = error_ratio(s, x, ref);
+    if (rc == 0 && ref) t->err = hi < 0 ? error_ratio(s, x, ref) : error_ratio_half(s, x, hi, ref);
     free(buf);
     free(w);
     return rc;
@@ -1079,6 +1285,8 @@ typedef struct {
     size_t decode_max;
     size_t decode_ds[MAX_LIST]; /* d of the exact decode rows: --d, kept under --quick */
     int decode_nds;
+    int half[N_HALF]; /* 16-bit types timed beside fp32 in the attention table   */
+    int half_decode;  /* the 16-bit KV cache decode table (off with --half none) */
     const char *csv, *json, *python, *torch_script, *torch_core;
     unsigned long long seed;
 } config;
@@ -1092,10 +1300,10 @@ static void usage(FILE *to)
             "(cblas_sgemm) and a PyTorch implementation of the same methods, then the\n"
             "per-token latency of decoding, and prints one table.\n"
             "\n"
-            "  --quick            smoke test: n = 256, d = 64, every method checked\n"
-            "                     against a float64 reference, decoding at contexts\n"
-            "                     1K and 4K (exact decode checked too); exit 1 on a\n"
-            "                     mismatch\n"
+            "  --quick            smoke test: n = 256, d = 64, every method (fp32,\n"
+            "                     fp16, bf16) checked against a float64 reference,\n"
+            "                     decoding at contexts 1K and 4K (exact decode, fp32\n"
+            "                     and 16-bit caches, checked too); exit 1 on a mismatch\n"
             "  --methods LIST     softmax,elu1,favor+                 default: all three\n"
             "  --causal LIST      0,1 (non-causal, causal)             default: 0,1\n"
             "  --d LIST           head sizes (d_v = d; also of the exact decode rows,\n"
@@ -1105,6 +1313,11 @@ static void usage(FILE *to)
             "  --heads H          attention heads                      default: 8\n"
             "  --m M              FAVOR+ random features               default: 256\n"
             "  --threads LIST     thread counts                        default: 1,2\n"
+            "  --half LIST        16-bit types (f16, bf16) whose rows (Q, K, V and O of\n"
+            "                     that type) are timed beside favor.h's fp32 ones in the\n"
+            "                     attention table, or none (which also drops the decode\n"
+            "                     table of a 16-bit KV cache, always fp16 and bf16)\n"
+            "                                       default: f16 (--quick: f16,bf16)\n"
             "  --runs R           timed calls after the warm-up (>= 5) default: 5\n"
             "  --limit SEC        an implementation is not run at 2n when its call\n"
             "                     there would pass SEC seconds (time at n x 4 for\n"
@@ -1119,7 +1332,8 @@ static void usage(FILE *to)
             "  --no-backward      skip the training-step (backward) benchmark\n"
             "  --backward-only    only the training-step benchmark\n"
             "  --decode-max N     longest decoding context (1K, 4K, ... x4; the exact\n"
-            "                     decode rows' K and V take 8 GiB at 1M, d = 128)\n"
+            "                     decode rows' K and V take 8 GiB at 1M, d = 128, and\n"
+            "                     their fp16 and bf16 copies (d = 64) 4 GiB more)\n"
             "                                                          default: 1048576\n"
             "  --csv FILE         write every measurement as CSV\n"
             "  --json FILE        write the run as JSON\n"
@@ -1165,7 +1379,7 @@ static int parse_size_list(const char *s, size_t *out, int *count)
 
 static int parse_args(int argc, char **argv, config *c)
 {
-    int i, k;
+    int i, k, half_given = 0;
     size_t tmp[MAX_LIST], one;
     const char *env;
     memset(c, 0, sizeof *c);
@@ -1186,6 +1400,7 @@ static int parse_args(int argc, char **argv, config *c)
     c->want_peer[P_BLAS_HSW] = c->want_peer[P_BLAS_DEF] = c->want_peer[P_TORCH] = 1;
     c->decode = c->attention = c->backward = c->decode_step = 1;
     c->decode_max = 1u << 20;
+    c->half[0] = c->half_decode = 1;
     c->python = (env = getenv("FAVOR_BENCH_PYTHON")) && *env ? env : FAVOR_BENCH_PYTHON;
     c->torch_script =
         (env = getenv("FAVOR_BENCH_TORCH_SCRIPT")) && *env ? env : FAVOR_BENCH_TORCH_SCRIPT;
@@ -1249,6 +1464,23 @@ static int parse_args(int argc, char **argv, config *c)
             c->causal[1] = strchr(v, '1') != NULL;
         } else if (strcmp(a, "--d") == 0) {
             if (parse_size_list(v, c->ds, &c->nds) != 0) return -1;
+        } else if (strcmp(a, "--half") == 0) {
+            char buf[64], *tok, *save = NULL;
+            if (strlen(v) >= sizeof buf) return -1;
+            strcpy(buf, v);
+            memset(c->half, 0, sizeof c->half);
+            c->half_decode = strcmp(v, "none") != 0;
+            half_given = 1;
+            for (tok = strtok_r(buf, ",", &save); tok && c->half_decode;
+                 tok = strtok_r(NULL, ",", &save)) {
+                int hi;
+                for (hi = 0; hi < N_HALF && strcmp(tok, half_id[hi]) != 0; ++hi) continue;
+                if (hi == N_HALF) {
+                    fprintf(stderr, "favor_bench: --half takes f16, bf16, f16,bf16 or none\n");
+                    return -1;
+                }
+                c->half[hi] = 1;
+            }
         } else if (strcmp(a, "--threads") == 0) {
             if (parse_size_list(v, tmp, &c->nthreads) != 0) return -1;
             for (k = 0; k < c->nthreads; ++k) c->threads[k] = (int)(tmp[k] > 64 ? 64 : tmp[k]);
@@ -1296,6 +1528,7 @@ static int parse_args(int argc, char **argv, config *c)
             c->nds = 1;
         }
         if (c->decode_max > 4096) c->decode_max = 4096;
+        if (!half_given) c->half[0] = c->half[1] = 1; /* both: tiny rows, every check */
     }
     if (c->n_min > c->n_max) {
         fprintf(stderr, "favor_bench: --n-min is larger than --n-max\n");
@@ -1313,10 +1546,11 @@ enum { I_FAVOR = 0 }; /* impl index; peers are 1 + P_* */
 
 typedef struct {
     job_spec s;
-    int impl; /* I_FAVOR or 1 + P_* */
+    int impl;          /* I_FAVOR or 1 + P_* */
+    favor_dtype dtype; /* of favor.h's Q, K, V and O (the peers: fp32) */
     timing t;
     double gflops, peak, peak_frac; /* peak: the FMA peak (GFLOP/s) it is a fraction of */
-    double ratio;                    /* this time / favor's time (0: none)               */
+    double ratio;                    /* this time / favor's fp32 time (0: none)          */
 } result_row;
 
 typedef struct {
@@ -1334,6 +1568,8 @@ typedef struct {
     double time_s, min_s; /* per call */
     double gbs, bw_frac;  /* K and V bytes / time; that over read_bw */
     double err;           /* error / tolerance when checked, else -1 */
+    favor_dtype dtype;    /* of K and V (Q and O are fp32)                  */
+    double speedup;       /* 16-bit K, V: fp32 time / this time (0: none)   */
 } decode_sm_row;
 
 static result_row *results;
@@ -1344,6 +1580,8 @@ static decode_row decodes[16];
 static size_t ndecodes;
 static decode_sm_row *decode_sms;
 static size_t ndecode_sms, capdecode_sms;
+static decode_sm_row *decode_kv16s; /* the 16-bit KV cache table (fp32 rows too) */
+static size_t ndecode_kv16s, capdecode_kv16s;
 static double read_bw, read_bw_median; /* GB/s, measured at the start of the decode section */
 static double decode_peak;             /* 1-thread FMA peak (GFLOP/s) measured beside it */
 
@@ -1365,16 +1603,18 @@ static void add_result(const result_row *r)
     results[nresults++] = *r;
 }
 
-static const char *impl_id(int impl, const peer *peers)
+static const char *impl_id(int impl, favor_dtype dt, const peer *peers)
 {
-    return impl == I_FAVOR ? "favor" : peers[impl - 1].id;
+    if (impl != I_FAVOR) return peers[impl - 1].id;
+    return dt == FAVOR_F16 ? "favor_f16" : dt == FAVOR_BF16 ? "favor_bf16" : "favor";
 }
 
 static void csv_row(FILE *f, const result_row *r)
 {
     fprintf(f, "attention,%s,%d,%zu,%zu,%zu,%d,%s,%.6e,%.6e,%d,%.4f,%.4f,", method_id[r->s.method],
-            r->s.causal, r->s.d, r->s.n, r->s.heads, r->s.threads, impl_id(r->impl, csv_peers),
-            r->t.median, r->t.min, r->t.runs, r->gflops, r->peak_frac);
+            r->s.causal, r->s.d, r->s.n, r->s.heads, r->s.threads,
+            impl_id(r->impl, r->dtype, csv_peers), r->t.median, r->t.min, r->t.runs, r->gflops,
+            r->peak_frac);
     if (r->ratio > 0) fprintf(f, "%.4f", r->ratio);
     fprintf(f, ",%.3f,,,,,\n", r->peak);
 }
@@ -1402,6 +1642,19 @@ static void csv_decode_sm(const decode_sm_row *r)
             "%.3f\n",
             r->d, r->n, r->heads, r->threads, r->time_s, r->min_s, r->runs, decode_peak, r->context,
             r->kv_heads, r->gbs, r->bw_frac, read_bw);
+    fflush(csv_out);
+}
+
+/* A row of the 16-bit KV cache decode table (fp32 rows: impl favor, no ratio;
+ * 16-bit rows: favor_f16, favor_bf16, ratio = the fp32 time / this time). */
+static void csv_decode_kv16(const decode_sm_row *r)
+{
+    if (!csv_out) return;
+    fprintf(csv_out, "decode_softmax_kv16,softmax,1,%zu,%zu,%zu,%d,%s,%.6e,%.6e,%d,,,", r->d, r->n,
+            r->heads, r->threads, impl_id(I_FAVOR, r->dtype, NULL), r->time_s, r->min_s, r->runs);
+    if (r->speedup > 0) fprintf(csv_out, "%.4f", r->speedup);
+    fprintf(csv_out, ",%.3f,%zu,%zu,%.4f,%.4f,%.3f\n", decode_peak, r->context, r->kv_heads,
+            r->gbs, r->bw_frac, read_bw);
     fflush(csv_out);
 }
 
@@ -1793,8 +2046,9 @@ static int time_batched(bench_fn fn, void *ctx, int samples, double budget, timi
 }
 
 /* The float64 softmax of a decode call, every query head h against key/value head
- * h / (heads_q / heads_kv), causal: row i sees keys j <= i + n_k - n. Returns
- * max|o - ref| over the manual's tolerance 2e-5 max|V| (<= 1 passes). */
+ * h / (heads_q / heads_kv), causal: row i sees keys j <= i + n_k - n; q, k, v of
+ * any element type (16-bit ones widened exactly), o fp32. Returns max|o - ref|
+ * over the manual's tolerance 2e-5 max|V| (<= 1 passes). */
 static double decode_check(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
                            const favor_tensor *o)
 {
@@ -1805,20 +2059,19 @@ static double decode_check(const favor_tensor *q, const favor_tensor *k, const f
     for (h = 0; h < v->heads; ++h)
         for (j = 0; j < nk; ++j)
             for (c = 0; c < dv; ++c) {
-                double a = fabs((double)((float *)v->data)[h * v->head_stride + j * v->row_stride + c]);
+                double a = fabs((double)elem_at(v, h, j, c));
                 if (a > vmax) vmax = a;
             }
     for (h = 0; h < q->heads; ++h) {
-        const float *kh = (float *)k->data + (h / grp) * k->head_stride;
-        const float *vh = (float *)v->data + (h / grp) * v->head_stride;
+        size_t g = h / grp;
         for (i = 0; i < n; ++i) {
-            const float *qi = (float *)q->data + h * q->head_stride + i * q->row_stride;
             const float *oi = (float *)o->data + h * o->head_stride + i * o->row_stride;
             size_t vis = i + nk - n + 1;
             double mx = -HUGE_VAL, den = 0;
             for (j = 0; j < vis; ++j) {
                 double t = 0;
-                for (c = 0; c < d; ++c) t += (double)qi[c] * (double)kh[j * k->row_stride + c];
+                for (c = 0; c < d; ++c)
+                    t += (double)elem_at(q, h, i, c) * (double)elem_at(k, g, j, c);
                 s[j] = scale * t;
                 if (s[j] > mx) mx = s[j];
             }
@@ -1826,7 +2079,7 @@ static double decode_check(const favor_tensor *q, const favor_tensor *k, const f
             for (j = 0; j < vis; ++j) {
                 double p = exp(s[j] - mx);
                 den += p;
-                for (c = 0; c < dv; ++c) acc[c] += p * (double)vh[j * v->row_stride + c];
+                for (c = 0; c < dv; ++c) acc[c] += p * (double)elem_at(v, g, j, c);
             }
             for (c = 0; c < dv; ++c) {
                 double e = fabs((double)oi[c] - acc[c] / den);
@@ -1955,6 +2208,183 @@ static int decode_step_rows(const config *c, const size_t *ctxs, int nctx)
     free(tv);
     free(to);
     return failed ? -1 : 0;
+}
+
+/* Exact softmax decoding with a 16-bit KV cache: n = 1 query row, 8 query heads on
+ * 8 key/value heads, d = d_v = the smallest d of --d (64 by default), Q and O
+ * fp32, K and V fp32 (kc, vc: the main table's cache, [kv head][cap][d]) and the
+ * same values rounded to fp16 and to bf16, at every context and thread count.
+ * Each row is measured in rounds (3; 1 under --quick), each round timing fp32,
+ * fp16 and bf16 back to back; a type's time is the median of its rounds'
+ * medians, so the ratios compare times taken moments apart. GB/s counts the
+ * bytes read: 2-byte elements for a 16-bit cache. Checked against the float64
+ * softmax of the same (widened) values at the first context, every context under
+ * --quick. Returns the number of failures. */
+static int decode_kv16_rows(const config *c, const size_t *ctxs, int nctx, float *kc, float *vc,
+                            size_t cap, int *checks)
+{
+    enum { KINDS = 1 + N_HALF }; /* 0: fp32, 1 + hi: half_dtype[hi] */
+    const size_t hq = 8, hkv = 8, n = 1;
+    const int rounds = c->quick ? 1 : 3;
+    size_t d = c->decode_ds[0], len;
+    uint16_t *hk[N_HALF], *hv[N_HALF];
+    float *qb, *ob;
+    int di, ti, ci, hi, kind, rd, failures = 0;
+    double t0;
+
+    for (di = 1; di < c->decode_nds; ++di)
+        if (c->decode_ds[di] < d) d = c->decode_ds[di];
+    len = hkv * cap * d;
+    t0 = now_s();
+    for (hi = 0; hi < N_HALF; ++hi) {
+        hk[hi] = (uint16_t *)xmalloc(len * sizeof(uint16_t));
+        hv[hi] = (uint16_t *)xmalloc(len * sizeof(uint16_t));
+        narrow_array(half_dtype[hi], hk[hi], kc, len);
+        narrow_array(half_dtype[hi], hv[hi], vc, len);
+    }
+    qb = alloc_floats(hq * n * d);
+    ob = alloc_floats(hq * n * d);
+    fill_normal(qb, hq * n * d, 0.5, c->seed + 19);
+
+    printf("\nExact softmax decoding with a 16-bit KV cache: n = %zu, %zu query heads on %zu\n"
+           "key/value heads, d = d_v = %zu, causal; Q and O fp32; K and V the fp32 cache\n"
+           "above (`fp32`) and its values rounded to fp16 and to bf16 (%.1f MiB of K and V\n"
+           "per type, made in %.1f s), same layout. Each row: %d round%s of fp32, fp16,\n"
+           "bf16 timed back to back (each as above: batches of >= 20 ms, median of >= %d),\n"
+           "a type's time the median over the rounds. GB/s = bytes of K and V read\n"
+           "(kv_heads * context * (d + d_v) * 4 for fp32, * 2 for 16-bit) / time; %%bw of\n"
+           "the read bandwidth above. speed-up = fp32 time / 16-bit time (at most 2 when\n"
+           "all are bound by the same bandwidth). Checked against a float64 softmax of\n"
+           "the same values (within 2e-5 max|V|) at %s.\n\n",
+           n, hq, hkv, d, 2.0 * (double)len * sizeof(uint16_t) / (1 << 20), now_s() - t0, rounds,
+           rounds == 1 ? "" : "s", c->quick ? 1 : 3,
+           c->quick ? "every context" : "the first context");
+    printf("%3s %8s | %11s %6s %5s", "thr", "context", "fp32 time", "GB/s", "%bw");
+    for (hi = 0; hi < N_HALF; ++hi)
+        printf(" | %11s %6s %5s %8s", hi ? "bf16 time" : "fp16 time", "GB/s", "%bw", "speed-up");
+    printf(" | check\n");
+
+    for (ti = 0; ti < c->nthreads; ++ti) {
+        double last[KINDS];
+        for (kind = 0; kind < KINDS; ++kind) last[kind] = 0;
+        for (ci = 0; ci < nctx; ++ci) {
+            size_t ctx = ctxs[ci];
+            double med[KINDS][3], worst = -1;
+            decode_sm_row r[KINDS];
+            int ran[KINDS];
+            memset(r, 0, sizeof r);
+            for (kind = 0; kind < KINDS; ++kind) {
+                /* the context grows 4x per row */
+                ran[kind] = !(4.0 * last[kind] > c->limit);
+                r[kind].min_s = HUGE_VAL;
+                r[kind].err = -1;
+            }
+            for (rd = 0; rd < rounds; ++rd)
+                for (kind = 0; kind < KINDS; ++kind) {
+                    favor_tensor Q, K, V, O;
+                    sm_decode sd;
+                    timing t;
+                    size_t ws;
+                    void *buf;
+                    if (!ran[kind]) continue;
+                    Q = favor_tensor_packed(qb, hq, n, d);
+                    O = favor_tensor_packed(ob, hq, n, d);
+                    if (kind == 0) {
+                        K = favor_tensor_packed(kc, hkv, ctx, d);
+                        V = favor_tensor_packed(vc, hkv, ctx, d);
+                    } else {
+                        K = favor_tensor_packed_as(half_dtype[kind - 1], hk[kind - 1], hkv, ctx, d);
+                        V = favor_tensor_packed_as(half_dtype[kind - 1], hv[kind - 1], hkv, ctx, d);
+                    }
+                    K.head_stride = V.head_stride = cap * d;
+                    sd.q = &Q;
+                    sd.k = &K;
+                    sd.v = &V;
+                    sd.o = &O;
+                    sd.opt = favor_default_options();
+                    sd.opt.flags = FAVOR_CAUSAL;
+                    sd.opt.threads = c->threads[ti];
+                    ws = favor_softmax_attention_workspace(&Q, &K, &V, &sd.opt);
+                    buf = ws ? xmalloc(ws) : NULL;
+                    sd.opt.workspace = buf;
+                    sd.opt.workspace_size = ws;
+                    if (time_batched(sm_decode_call, &sd, c->quick ? 1 : 3, c->quick ? 0 : 0.25,
+                                     &t) != 0) {
+                        ran[kind] = 0;
+                        r[kind].runs = -1; /* failed */
+                        ++failures;
+                        free(buf);
+                        continue;
+                    }
+                    med[kind][rd] = t.median;
+                    if (t.min < r[kind].min_s) r[kind].min_s = t.min;
+                    r[kind].runs += t.runs;
+                    if (rd == 0 && (c->quick || ci == 0)) {
+                        r[kind].err = decode_check(&Q, &K, &V, &O);
+                        ++*checks;
+                        if (!(r[kind].err <= 1.0)) ++failures;
+                        if (!(r[kind].err <= worst)) worst = r[kind].err;
+                    }
+                    free(buf);
+                }
+            printf("%3d %8zu", c->threads[ti], ctx);
+            for (kind = 0; kind < KINDS; ++kind) {
+                decode_sm_row *x = &r[kind];
+                size_t es = kind == 0 ? sizeof(float) : sizeof(uint16_t);
+                char tb[32];
+                if (!ran[kind]) {
+                    printf(" | %11s %6s %5s", x->runs < 0 ? "FAILED" : "-", "-", "-");
+                    if (kind) printf(" %8s", "-");
+                    last[kind] = x->runs < 0 ? HUGE_VAL : last[kind];
+                    continue;
+                }
+                qsort(med[kind], (size_t)rounds, sizeof med[kind][0], cmp_double);
+                x->context = ctx;
+                x->n = n;
+                x->heads = hq;
+                x->kv_heads = hkv;
+                x->d = d;
+                x->threads = c->threads[ti];
+                x->time_s = rounds % 2 ? med[kind][rounds / 2]
+                                       : 0.5 * (med[kind][rounds / 2 - 1] + med[kind][rounds / 2]);
+                x->gbs = (double)(hkv * ctx * (d + d)) * (double)es / x->time_s * 1e-9;
+                x->bw_frac = read_bw > 0 ? x->gbs / read_bw : 0;
+                x->dtype = kind ? half_dtype[kind - 1] : FAVOR_F32;
+                x->speedup = kind && ran[0] ? r[0].time_s / x->time_s : 0;
+                last[kind] = x->time_s;
+                fmt_time(tb, sizeof tb, x->time_s);
+                printf(" | %11s %6.1f %4.0f%%", tb, x->gbs, 100.0 * x->bw_frac);
+                if (kind) {
+                    if (x->speedup > 0)
+                        printf(" %7.2fx", x->speedup);
+                    else
+                        printf(" %8s", "-");
+                }
+                if (ndecode_kv16s == capdecode_kv16s) {
+                    decode_sm_row *nr;
+                    capdecode_kv16s = capdecode_kv16s ? 2 * capdecode_kv16s : 64;
+                    nr = (decode_sm_row *)realloc(decode_kv16s,
+                                                  capdecode_kv16s * sizeof *decode_kv16s);
+                    if (!nr) die("out of memory");
+                    decode_kv16s = nr;
+                }
+                decode_kv16s[ndecode_kv16s++] = *x;
+                csv_decode_kv16(x);
+            }
+            if (worst >= 0)
+                printf(" | %s %.2g\n", worst <= 1.0 ? "ok" : "MISMATCH", worst);
+            else
+                printf(" |\n");
+            fflush(stdout);
+        }
+    }
+    for (hi = 0; hi < N_HALF; ++hi) {
+        free(hk[hi]);
+        free(hv[hi]);
+    }
+    free(qb);
+    free(ob);
+    return failures;
 }
 
 /* Exact softmax decoding: favor_softmax_attention of n = 1 and 4 query rows
@@ -2109,10 +2539,11 @@ static int decode_softmax_rows(const config *c, const size_t *ctxs, int nctx, in
                     fflush(stdout);
                 }
             }
-    free(kc);
-    free(vc);
     free(qb);
     free(ob);
+    if (c->half_decode) failures += decode_kv16_rows(c, ctxs, nctx, kc, vc, cap, checks);
+    free(kc);
+    free(vc);
     return failures;
 }
 
@@ -2191,17 +2622,19 @@ static void note_add(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-/* One row of the table: favor.h (when x is given and it has not stopped) and every
- * peer on one job. Returns the number of failures. */
+/* One row of the table: favor.h (when x is given and it has not stopped), on fp32
+ * and then on each 16-bit type of --half (when its fp32 call ran), and every peer
+ * on one job. ref and href[]: the float64 references of the fp32 and 16-bit
+ * inputs (--quick), else NULL. Returns the number of failures. */
 static int measure_row(const config *c, peer *peers, double peak, job_spec *s,
                        int stopped[][MAX_LIST], int ti, job_data *x, const double *ref,
-                       int *checks)
+                       double *const *href, int *checks)
 {
     double flops = job_flops(s);
     double growth = s->method == M_SOFTMAX ? 4.0 : 2.0; /* time at 2n / time at n */
     timing ft;
     favor_status fst = FAVOR_OK;
-    int fr = OUT_NONE, p, failures = 0, any = 0;
+    int fr = OUT_NONE, p, hi, failures = 0, any = 0;
     char tb[32], why[256], notes[1024];
     result_row r;
 
@@ -2212,7 +2645,7 @@ static int measure_row(const config *c, peer *peers, double peak, job_spec *s,
     memset(&ft, 0, sizeof ft);
     if (!stopped[I_FAVOR][ti] && x) {
         s->check = ref != NULL;
-        if (run_favor(s, x, ref, &ft, &fst) != 0) {
+        if (run_favor(s, x, -1, ref, &ft, &fst) != 0) {
             fr = OUT_FAIL;
             ++failures;
             note_add(notes, sizeof notes, "favor.h FAILED: %s", favor_status_string(fst));
@@ -2251,6 +2684,47 @@ static int measure_row(const config *c, peer *peers, double peak, job_spec *s,
         printf(" %11s %8s %6s", fr == OUT_FAIL ? "FAILED" : "-", "-", "-");
     }
     fflush(stdout);
+
+    /* favor.h on 16-bit Q, K, V and O, right after its fp32 call: time / fp32 time */
+    for (hi = 0; hi < N_HALF; ++hi) {
+        timing ht;
+        favor_status hst = FAVOR_OK;
+        if (!c->half[hi]) continue;
+        if (fr != OUT_OK && fr != OUT_MISMATCH) {
+            printf(" | %11s %6s", "-", "");
+            continue;
+        }
+        if (run_favor(s, x, hi, href[hi], &ht, &hst) != 0) {
+            ++failures;
+            printf(" | %11s %6s", "FAILED", "");
+            note_add(notes, sizeof notes, "favor.h %s FAILED: %s", half_id[hi],
+                     favor_status_string(hst));
+            continue;
+        }
+        if (href[hi]) {
+            ++*checks;
+            if (!(ht.err <= 1.0)) {
+                ++failures;
+                note_add(notes, sizeof notes, "favor.h %s MISMATCH: error %.3g x the tolerance",
+                         half_id[hi], ht.err);
+            } else {
+                note_add(notes, sizeof notes, "%s ok: %.2g", half_id[hi], ht.err);
+            }
+        }
+        memset(&r, 0, sizeof r);
+        r.s = *s;
+        r.impl = I_FAVOR;
+        r.dtype = half_dtype[hi];
+        r.t = ht;
+        r.gflops = flops / ht.median * 1e-9;
+        r.peak = peak;
+        r.peak_frac = r.gflops / peak;
+        r.ratio = ht.median / ft.median;
+        add_result(&r);
+        fmt_time(tb, sizeof tb, ht.median);
+        printf(" | %11s %5.2fx", tb, r.ratio);
+        fflush(stdout);
+    }
 
     for (p = 0; p < P_COUNT; ++p) {
         timing pt;
@@ -2320,8 +2794,8 @@ static int run_series(const config *c, peer *peers, double *peak, double *peak_l
     for (n = c->n_min; n <= c->n_max; n *= 2) {
         job_spec s;
         job_data x;
-        double *ref = NULL;
-        int favor_on = 0, any = 0;
+        double *ref = NULL, *href[N_HALF];
+        int favor_on = 0, any = 0, hi;
         memset(&s, 0, sizeof s);
         s.method = mi;
         s.causal = ci;
@@ -2339,24 +2813,80 @@ static int run_series(const config *c, peer *peers, double *peak, double *peak_l
                     if (p == I_FAVOR) favor_on = 1;
                 }
         if (!any) break;
-        if (favor_on) { /* the inputs (and the reference) serve every thread count */
+        for (hi = 0; hi < N_HALF; ++hi) href[hi] = NULL;
+        if (favor_on) { /* the inputs (and the references) serve every thread count */
             job_data_make(&s, &x);
+            for (hi = 0; hi < N_HALF; ++hi)
+                if (c->half[hi]) job_data_half(&x, hi);
             if (c->quick) {
                 favor_features f;
                 float *w = features_make(&s, &f);
                 ref = reference(&s, &x, &f);
+                for (hi = 0; hi < N_HALF; ++hi)
+                    if (c->half[hi]) href[hi] = reference_half(&s, &x, hi, &f);
                 free(w);
             }
         }
         for (ti = 0; ti < c->nthreads; ++ti) {
             s.threads = c->threads[ti];
             failures += measure_row(c, peers, peak[ti], &s, stopped, ti, favor_on ? &x : NULL,
-                                    ref, checks);
+                                    ref, href, checks);
         }
         if (favor_on) job_data_free(&x);
         free(ref);
+        for (hi = 0; hi < N_HALF; ++hi) free(href[hi]);
     }
     return failures;
+}
+
+/* After the table: favor.h's 16-bit time / fp32 time, per series (method, mask,
+ * d), 16-bit type and thread count, the median and the largest over n. */
+static void print_half_summary(const config *c)
+{
+    int di, mi, ci, hi, ti, any = 0;
+    size_t i;
+    double *v = (double *)xmalloc((nresults + 1) * sizeof *v);
+    for (hi = 0; hi < N_HALF; ++hi) any |= c->half[hi];
+    if (!any || !nresults) {
+        free(v);
+        return;
+    }
+    printf("\nfavor.h on 16-bit Q, K, V and O, time / its fp32 time (each 16-bit call right\n"
+           "after the fp32 one on the same shape): median over n, largest in brackets.\n\n");
+    printf("%-7s %-6s %4s", "method", "causal", "d");
+    for (hi = 0; hi < N_HALF; ++hi)
+        for (ti = 0; ti < c->nthreads && c->half[hi]; ++ti) {
+            char col[32];
+            snprintf(col, sizeof col, "%s, %d thr", half_id[hi], c->threads[ti]);
+            printf(" | %-15s", col);
+        }
+    printf("\n");
+    for (di = 0; di < c->nds; ++di)
+        for (mi = 0; mi < M_COUNT; ++mi)
+            for (ci = 0; ci < 2; ++ci) {
+                if (!c->methods[mi] || !c->causal[ci]) continue;
+                printf("%-7s %-6s %4zu", method_id[mi], ci ? "yes" : "no", c->ds[di]);
+                for (hi = 0; hi < N_HALF; ++hi)
+                    for (ti = 0; ti < c->nthreads && c->half[hi]; ++ti) {
+                        size_t nv = 0;
+                        for (i = 0; i < nresults; ++i) {
+                            const result_row *r = &results[i];
+                            if (r->impl == I_FAVOR && r->dtype == half_dtype[hi] &&
+                                r->s.method == mi && r->s.causal == ci && r->s.d == c->ds[di] &&
+                                r->s.threads == c->threads[ti] && r->ratio > 0)
+                                v[nv++] = r->ratio;
+                        }
+                        if (!nv) {
+                            printf(" | %15s", "-");
+                            continue;
+                        }
+                        qsort(v, nv, sizeof *v, cmp_double);
+                        printf(" | %5.2fx (%5.2fx)",
+                               nv % 2 ? v[nv / 2] : 0.5 * (v[nv / 2 - 1] + v[nv / 2]), v[nv - 1]);
+                    }
+                printf("\n");
+            }
+    free(v);
 }
 
 static const char *const peer_title[P_COUNT] = {"BLAS-Haswell", "BLAS-default", "torch"};
@@ -2369,7 +2899,7 @@ int main(int argc, char **argv)
     double peak[MAX_LIST + 1], peak0[MAX_LIST + 1], peak_lo[MAX_LIST + 1], peak_hi[MAX_LIST + 1];
     char cpu[256];
     const char *policy = getenv("OMP_WAIT_POLICY");
-    int p, ti, mi, ci, di, failures = 0, checks = 0, omp = 0;
+    int p, ti, mi, ci, di, hi, failures = 0, checks = 0, omp = 0;
     double started = now_s();
 
     memset(peak_hi, 0, sizeof peak_hi); /* 0: no series has run yet */
@@ -2428,6 +2958,14 @@ int main(int argc, char **argv)
                "%%peak: of the FMA peak measured again before each series (method, mask, d).\n"
                "ratio = peer time / favor time (> 1: favor is faster).\n",
                c.runs, c.limit);
+    if (c.half[0] || c.half[1])
+        printf("favor f16, favor bf16: favor.h with Q, K, V and O all of that type (the same\n"
+               "inputs rounded to it; fp32 arithmetic), timed right after its fp32 call on the\n"
+               "same shape; /fp32 = 16-bit time / fp32 time (< 1: 16-bit is faster)%s.\n",
+               c.quick ? "; checked\nagainst a float64 evaluation of the 16-bit inputs, within "
+                         "the tolerance\nabove plus the rounding of each output element "
+                         "(2^-11, bf16 2^-8 relative)"
+                       : "");
 
     for (p = 0; p < P_COUNT; ++p) {
         memset(&peers[p], 0, sizeof peers[p]);
@@ -2476,6 +3014,8 @@ int main(int argc, char **argv)
     /* The table. */
     printf("%-7s %-6s %4s %6s %3s | %11s %8s %6s", "method", "causal", "d", "n", "thr", "favor",
            "GFLOP/s", "%peak");
+    for (hi = 0; hi < N_HALF; ++hi)
+        if (c.half[hi]) printf(" | %11s %6s", hi ? "favor bf16" : "favor f16", "/fp32");
     for (p = 0; p < P_COUNT; ++p)
         if (peers[p].up) printf(" | %12s %6s", peers[p].title, "ratio");
     printf("\n");
@@ -2488,6 +3028,7 @@ int main(int argc, char **argv)
                     failures += run_series(&c, peers, peak, peak_lo, peak_hi, mi, ci, c.ds[di],
                                            &checks);
 
+    if (c.attention) print_half_summary(&c);
     if (peak_hi[0] > 0)
         for (ti = 0; ti < c.nthreads; ++ti)
             printf("FMA peak over the series, %d thread%s: %.1f to %.1f GFLOP/s\n", c.threads[ti],
@@ -2540,10 +3081,10 @@ int main(int argc, char **argv)
                         "%s\n    {\"method\": \"%s\", \"causal\": %d, \"d\": %zu, \"n\": %zu, "
                         "\"heads\": %zu, \"threads\": %d, \"impl\": \"%s\", \"time_s\": %.6e, "
                         "\"min_s\": %.6e, \"runs\": %d, \"gflops\": %.4f, \"peak_gflops\": %.3f, "
-                        "\"peak_frac\": %.4f",
+                        "\"peak_frac\": %.4f, \"dtype\": \"%s\"",
                         i ? "," : "", method_id[r->s.method], r->s.causal, r->s.d, r->s.n,
-                        r->s.heads, r->s.threads, impl_id(r->impl, peers), r->t.median, r->t.min,
-                        r->t.runs, r->gflops, r->peak, r->peak_frac);
+                        r->s.heads, r->s.threads, impl_id(r->impl, r->dtype, peers), r->t.median,
+                        r->t.min, r->t.runs, r->gflops, r->peak, r->peak_frac, dtype_id(r->dtype));
                 if (r->ratio > 0) fprintf(f, ", \"ratio\": %.4f", r->ratio);
                 if (r->t.err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->t.err);
                 fprintf(f, "}");
@@ -2568,6 +3109,19 @@ int main(int argc, char **argv)
                 if (r->err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->err);
                 fprintf(f, "}");
             }
+            fprintf(f, "\n  ],\n  \"decode_softmax_kv16\": [");
+            for (i = 0; i < ndecode_kv16s; ++i) {
+                const decode_sm_row *r = &decode_kv16s[i];
+                fprintf(f,
+                        "%s\n    {\"context\": %zu, \"n\": %zu, \"heads\": %zu, \"kv_heads\": %zu, "
+                        "\"d\": %zu, \"threads\": %d, \"kv_dtype\": \"%s\", \"time_s\": %.6e, "
+                        "\"min_s\": %.6e, \"runs\": %d, \"gbytes_s\": %.4f, \"bw_frac\": %.4f",
+                        i ? "," : "", r->context, r->n, r->heads, r->kv_heads, r->d, r->threads,
+                        dtype_id(r->dtype), r->time_s, r->min_s, r->runs, r->gbs, r->bw_frac);
+                if (r->speedup > 0) fprintf(f, ", \"speedup_over_fp32\": %.4f", r->speedup);
+                if (r->err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->err);
+                fprintf(f, "}");
+            }
             fprintf(f, "\n  ],\n  \"seconds\": %.1f\n}\n", now_s() - started);
             fclose(f);
         }
@@ -2579,5 +3133,6 @@ int main(int argc, char **argv)
            failures == 1 ? "" : "s", now_s() - started);
     free(results);
     free(decode_sms);
+    free(decode_kv16s);
     return failures ? 1 : 0;
 }
