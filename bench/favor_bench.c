@@ -1772,6 +1772,28 @@ static int sm_decode_call(void *p)
     return favor_softmax_attention(s->q, s->k, s->v, s->o, &s->opt) != FAVOR_OK;
 }
 
+/* sd for a causal decode call on these views with `threads` threads and a
+ * workspace of the queried size (returned: the caller frees it; NULL when none
+ * is needed) */
+static void *sm_decode_bind(sm_decode *sd, const favor_tensor *Q, const favor_tensor *K,
+                            const favor_tensor *V, const favor_tensor *O, int threads)
+{
+    size_t ws;
+    void *buf;
+    sd->q = Q;
+    sd->k = K;
+    sd->v = V;
+    sd->o = O;
+    sd->opt = favor_default_options();
+    sd->opt.flags = FAVOR_CAUSAL;
+    sd->opt.threads = threads;
+    ws = favor_softmax_attention_workspace(Q, K, V, &sd->opt);
+    buf = ws ? xmalloc(ws) : NULL;
+    sd->opt.workspace = buf;
+    sd->opt.workspace_size = ws;
+    return buf;
+}
+
 /* ------------------------------------------------------------------------- */
 /* Training step: forward + backward                                          */
 /* ------------------------------------------------------------------------- */
@@ -2284,7 +2306,6 @@ static int decode_kv16_rows(const config *c, const size_t *ctxs, int nctx, float
                     favor_tensor Q, K, V, O;
                     sm_decode sd;
                     timing t;
-                    size_t ws;
                     void *buf;
                     if (!ran[kind]) continue;
                     Q = favor_tensor_packed(qb, hq, n, d);
@@ -2297,17 +2318,7 @@ static int decode_kv16_rows(const config *c, const size_t *ctxs, int nctx, float
                         V = favor_tensor_packed_as(half_dtype[kind - 1], hv[kind - 1], hkv, ctx, d);
                     }
                     K.head_stride = V.head_stride = cap * d;
-                    sd.q = &Q;
-                    sd.k = &K;
-                    sd.v = &V;
-                    sd.o = &O;
-                    sd.opt = favor_default_options();
-                    sd.opt.flags = FAVOR_CAUSAL;
-                    sd.opt.threads = c->threads[ti];
-                    ws = favor_softmax_attention_workspace(&Q, &K, &V, &sd.opt);
-                    buf = ws ? xmalloc(ws) : NULL;
-                    sd.opt.workspace = buf;
-                    sd.opt.workspace_size = ws;
+                    buf = sm_decode_bind(&sd, &Q, &K, &V, &O, c->threads[ti]);
                     if (time_batched(sm_decode_call, &sd, c->quick ? 1 : 3, c->quick ? 0 : 0.25,
                                      &t) != 0) {
                         ran[kind] = 0;
@@ -2456,7 +2467,6 @@ static int decode_softmax_rows(const config *c, const size_t *ctxs, int nctx, in
                         sm_decode sd;
                         timing t;
                         decode_sm_row r;
-                        size_t ws;
                         void *buf;
                         char tb[32];
                         if (4.0 * last[ti] > c->limit) { /* ctx grows 4x per row */
@@ -2468,17 +2478,7 @@ static int decode_softmax_rows(const config *c, const size_t *ctxs, int nctx, in
                         K = favor_tensor_packed(kc, hkv, ctx, d);
                         V = favor_tensor_packed(vc, hkv, ctx, d);
                         K.head_stride = V.head_stride = cap * d;
-                        sd.q = &Q;
-                        sd.k = &K;
-                        sd.v = &V;
-                        sd.o = &O;
-                        sd.opt = favor_default_options();
-                        sd.opt.flags = FAVOR_CAUSAL;
-                        sd.opt.threads = c->threads[ti];
-                        ws = favor_softmax_attention_workspace(&Q, &K, &V, &sd.opt);
-                        buf = ws ? xmalloc(ws) : NULL;
-                        sd.opt.workspace = buf;
-                        sd.opt.workspace_size = ws;
+                        buf = sm_decode_bind(&sd, &Q, &K, &V, &O, c->threads[ti]);
                         if (time_batched(sm_decode_call, &sd, c->quick ? 1 : 3,
                                          c->quick ? 0 : 0.5, &t) != 0) {
                             printf(" | %11s %6s %5s", "FAILED", "-", "-");
