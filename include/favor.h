@@ -918,7 +918,10 @@ static inline uint16_t favor__s_to_bf16(float x)
 }
 
 /* favor__v_load_f16(p) / favor__v_store_f16(p, x), and _bf16: FAVOR__W lanes
- * of 16-bit storage at p (any alignment) as one vector. */
+ * of 16-bit storage at p (any alignment) as one vector. favor__v_load_bf16a(p)
+ * is favor__v_load_bf16 without the quieting of signaling NaNs, for operands of
+ * arithmetic only: an FMA quiets them itself, so the results are the same bits
+ * (NaN or not) for two fewer instructions. */
 #if FAVOR_SIMD == FAVOR_AVX2
 #ifdef __F16C__
 #define favor__v_load_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
@@ -952,6 +955,9 @@ static inline favor__vf favor__v_load_bf16(const uint16_t *p)
     return _mm256_castsi256_ps(
         _mm256_or_si256(u, _mm256_and_si256(nan, _mm256_set1_epi32(0x400000))));
 }
+#define favor__v_load_bf16a(p)                                                             \
+    _mm256_castsi256_ps(_mm256_slli_epi32(                                                 \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
 static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
 {
     __m256i u = _mm256_castps_si256(x), hi = _mm256_srli_epi32(u, 16);
@@ -974,6 +980,7 @@ static inline favor__vf favor__v_load_bf16(const uint16_t *p)
     uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
     return vreinterpretq_f32_u32(vorrq_u32(u, vandq_u32(nan, vdupq_n_u32(0x400000u))));
 }
+#define favor__v_load_bf16a(p) vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16))
 static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
 {
     uint32x4_t u = vreinterpretq_u32_f32(x), hi = vshrq_n_u32(u, 16);
@@ -987,6 +994,7 @@ static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
 #define favor__v_load_f16(p) favor__s_from_f16(*(p))
 #define favor__v_store_f16(p, x) (*(p) = favor__s_to_f16(x))
 #define favor__v_load_bf16(p) favor__s_from_bf16(*(p))
+#define favor__v_load_bf16a(p) favor__s_from_bf16(*(p))
 #define favor__v_store_bf16(p, x) (*(p) = favor__s_to_bf16(x))
 #endif
 
@@ -1010,23 +1018,36 @@ FAVOR__DEFINE_CONVERT(f16)
 FAVOR__DEFINE_CONVERT(bf16)
 
 /* 4.4 Small vector kernels --------------------------------------------------- */
-static float favor__dot(const float *a, const float *b, size_t n)
-{
-    size_t i = 0;
-    float s;
-    favor__vf s0 = favor__v_set1(0.0f), s1 = s0, s2 = s0, s3 = s0;
-    for (; i + 4 * FAVOR__W <= n; i += 4 * FAVOR__W) {
-        s0 = favor__v_fma(favor__v_load(a + i), favor__v_load(b + i), s0);
-        s1 = favor__v_fma(favor__v_load(a + i + FAVOR__W), favor__v_load(b + i + FAVOR__W), s1);
-        s2 = favor__v_fma(favor__v_load(a + i + 2 * FAVOR__W), favor__v_load(b + i + 2 * FAVOR__W), s2);
-        s3 = favor__v_fma(favor__v_load(a + i + 3 * FAVOR__W), favor__v_load(b + i + 3 * FAVOR__W), s3);
+/* A few kernels read their second operand in any element type: they are
+ * defined once by a macro, for each type (T the name's suffix, none for fp32; E
+ * the element; LOAD and SLOAD a vector and a scalar of it as fp32). A kernel
+ * widens as it loads and adds in the same order for every type, so a 16-bit
+ * operand gives the bits its fp32 copy would. */
+#define favor__s_from_f32(x) (x)
+#define favor__v_load_f32(p) favor__v_load(p)
+#define FAVOR__DEFINE_DOT(T, E, LOAD, SLOAD)                                                    \
+    static float favor__dot##T(const float *a, const E *b, size_t n)                           \
+    {                                                                                           \
+        size_t i = 0;                                                                           \
+        float s;                                                                                \
+        favor__vf s0 = favor__v_set1(0.0f), s1 = s0, s2 = s0, s3 = s0;                          \
+        for (; i + 4 * FAVOR__W <= n; i += 4 * FAVOR__W) {                                      \
+            s0 = favor__v_fma(favor__v_load(a + i), LOAD(b + i), s0);                           \
+            s1 = favor__v_fma(favor__v_load(a + i + FAVOR__W), LOAD(b + i + FAVOR__W), s1);     \
+            s2 = favor__v_fma(favor__v_load(a + i + 2 * FAVOR__W), LOAD(b + i + 2 * FAVOR__W),  \
+                              s2);                                                              \
+            s3 = favor__v_fma(favor__v_load(a + i + 3 * FAVOR__W), LOAD(b + i + 3 * FAVOR__W),  \
+                              s3);                                                              \
+        }                                                                                       \
+        for (; i + FAVOR__W <= n; i += FAVOR__W)                                                \
+            s0 = favor__v_fma(favor__v_load(a + i), LOAD(b + i), s0);                           \
+        s = favor__v_hsum(favor__v_add(favor__v_add(s0, s1), favor__v_add(s2, s3)));           \
+        for (; i < n; ++i) s += a[i] * SLOAD(b[i]);                                             \
+        return s;                                                                               \
     }
-    for (; i + FAVOR__W <= n; i += FAVOR__W)
-        s0 = favor__v_fma(favor__v_load(a + i), favor__v_load(b + i), s0);
-    s = favor__v_hsum(favor__v_add(favor__v_add(s0, s1), favor__v_add(s2, s3)));
-    for (; i < n; ++i) s += a[i] * b[i];
-    return s;
-}
+FAVOR__DEFINE_DOT(, float, favor__v_load, favor__s_from_f32)
+FAVOR__DEFINE_DOT(_f16, uint16_t, favor__v_load_f16, favor__s_from_f16)
+FAVOR__DEFINE_DOT(_bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
 
 static float favor__sum(const float *a, size_t n)
 {
@@ -1343,7 +1364,7 @@ typedef struct {
     size_t lda, ldb, a_bytes, b_bytes, rows;
 } favor__ahead;
 
-/* S[j] = q . K_j for nb rows K_j = K + j*ldk of d floats: the scores of one
+/* S[j] = q . K_j for nb rows K_j = K + j*ldk of d elements: the scores of one
  * query row against a tile of keys (and a projection W x, one row of W per
  * output). W keys at a time, each with its own accumulator along d, reduced
  * together by favor__v_sums: every key row is read once per call, and the FMA
@@ -1351,32 +1372,90 @@ typedef struct {
  * whose four accumulators hide the FMA latency better. With `ahead`, each group
  * of keys also asks for the same rows of the next tile: spread over the work,
  * the prefetches overlap the arithmetic (issued all at once, they stall it). */
-static void favor__dots(const float *q, size_t d, const float *K, size_t ldk, size_t nb,
-                        float *S, const favor__ahead *ahead)
+#define FAVOR__DEFINE_DOTS(T, E, LOAD, SLOAD)                                                     \
+    static void favor__dots##T(const float *q, size_t d, const E *K, size_t ldk, size_t nb,      \
+                               float *S, const favor__ahead *ahead)                              \
+    {                                                                                            \
+        size_t j = 0, c, u, dvec = d - d % FAVOR__W;                                             \
+        if (FAVOR__W >= 4)                                                                       \
+            for (; j + FAVOR__W <= nb; j += FAVOR__W) {                                          \
+                favor__vf acc[FAVOR__W];                                                         \
+                const E *Kj = K + j * ldk;                                                       \
+                if (ahead && j < ahead->rows) {                                                  \
+                    size_t n = ahead->rows - j < FAVOR__W ? ahead->rows - j : FAVOR__W;          \
+                    favor__prefetch((const char *)ahead->a + j * ahead->lda, n, ahead->lda,      \
+                                    ahead->a_bytes);                                             \
+                    favor__prefetch((const char *)ahead->b + j * ahead->ldb, n, ahead->ldb,      \
+                                    ahead->b_bytes);                                             \
+                }                                                                                \
+                FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u) acc[u] = favor__v_set1(0.0f);       \
+                for (c = 0; c < dvec; c += FAVOR__W) {                                           \
+                    favor__vf a = favor__v_load(q + c);                                          \
+                    FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u)                                 \
+                        acc[u] = favor__v_fma(LOAD(Kj + u * ldk + c), a, acc[u]);                \
+                }                                                                                \
+                favor__v_store(S + j, favor__v_sums(acc));                                       \
+                for (c = dvec; c < d; ++c) /* columns left over from the vector width */        \
+                    for (u = 0; u < FAVOR__W; ++u)                                               \
+                        S[j + u] = favor__s_fma(q[c], SLOAD(Kj[u * ldk + c]), S[j + u]);         \
+            }                                                                                    \
+        for (; j < nb; ++j) S[j] = favor__dot##T(q, K + j * ldk, d);                             \
+    }
+FAVOR__DEFINE_DOTS(, float, favor__v_load, favor__s_from_f32)
+FAVOR__DEFINE_DOTS(_f16, uint16_t, favor__v_load_f16, favor__s_from_f16)
+FAVOR__DEFINE_DOTS(_bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
+
+/* C[c] += sum_j p[j] V_j[c] for c < dv and keys j < nb in order (V_j = V +
+ * j*ldv, of type E): one row of P V, as favor__gemm would add it (each element
+ * key by key, so the two give the same bits), reading V in its own type. A
+ * block of nv vectors of C stays in registers while the keys go by. */
+#define FAVOR__DEFINE_PV(T, E, LOAD, SLOAD)                                                      \
+    FAVOR__INLINE void favor__pv_block##T(const size_t nv, float *C, const float *p, size_t nb,  \
+                                          const E *V, size_t ldv)                                \
+    {                                                                                            \
+        favor__vf a[FAVOR__NV1];                                                                 \
+        size_t j, u;                                                                             \
+        FAVOR__UNROLL for (u = 0; u < nv; ++u) a[u] = favor__v_load(C + u * FAVOR__W);           \
+        for (j = 0; j < nb; ++j) {                                                               \
+            favor__vf pj = favor__v_set1(p[j]);                                                  \
+            FAVOR__UNROLL for (u = 0; u < nv; ++u)                                               \
+                a[u] = favor__v_fma(pj, LOAD(V + j * ldv + u * FAVOR__W), a[u]);                 \
+        }                                                                                        \
+        FAVOR__UNROLL for (u = 0; u < nv; ++u) favor__v_store(C + u * FAVOR__W, a[u]);           \
+    }                                                                                            \
+    static void favor__pv##T(float *C, const float *p, size_t nb, const E *V, size_t ldv,        \
+                             size_t dv)                                                          \
+    {                                                                                            \
+        size_t c = 0, j;                                                                         \
+        for (; c + FAVOR__NV1 * FAVOR__W <= dv; c += FAVOR__NV1 * FAVOR__W)                      \
+            favor__pv_block##T(FAVOR__NV1, C + c, p, nb, V + c, ldv);                            \
+        for (; c + 2 * FAVOR__W <= dv; c += 2 * FAVOR__W)                                        \
+            favor__pv_block##T(2, C + c, p, nb, V + c, ldv);                                     \
+        for (; c + FAVOR__W <= dv; c += FAVOR__W) favor__pv_block##T(1, C + c, p, nb, V + c, ldv); \
+        for (; c < dv; ++c) { /* columns left over from the vector width */                     \
+            float t = C[c];                                                                      \
+            for (j = 0; j < nb; ++j) t = favor__s_fma(p[j], SLOAD(V[j * ldv + c]), t);           \
+            C[c] = t;                                                                            \
+        }                                                                                        \
+    }
+FAVOR__DEFINE_PV(, float, favor__v_load, favor__s_from_f32)
+FAVOR__DEFINE_PV(_f16, uint16_t, favor__v_load_f16, favor__s_from_f16)
+FAVOR__DEFINE_PV(_bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
+
+/* favor__dots and favor__pv on rows of type t */
+static void favor__dots_as(favor_dtype t, const float *q, size_t d, const void *K, size_t ldk,
+                           size_t nb, float *S, const favor__ahead *ahead)
 {
-    size_t j = 0, c, u, dvec = d - d % FAVOR__W;
-    if (FAVOR__W >= 4)
-        for (; j + FAVOR__W <= nb; j += FAVOR__W) {
-            favor__vf acc[FAVOR__W];
-            const float *Kj = K + j * ldk;
-            if (ahead && j < ahead->rows) {
-                size_t n = ahead->rows - j < FAVOR__W ? ahead->rows - j : FAVOR__W;
-                favor__prefetch((const char *)ahead->a + j * ahead->lda, n, ahead->lda,
-                                ahead->a_bytes);
-                favor__prefetch((const char *)ahead->b + j * ahead->ldb, n, ahead->ldb,
-                                ahead->b_bytes);
-            }
-            FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u) acc[u] = favor__v_set1(0.0f);
-            for (c = 0; c < dvec; c += FAVOR__W) {
-                favor__vf a = favor__v_load(q + c);
-                FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u)
-                    acc[u] = favor__v_fma(favor__v_load(Kj + u * ldk + c), a, acc[u]);
-            }
-            favor__v_store(S + j, favor__v_sums(acc));
-            for (c = dvec; c < d; ++c) /* columns left over from the vector width */
-                for (u = 0; u < FAVOR__W; ++u) S[j + u] = favor__s_fma(q[c], Kj[u * ldk + c], S[j + u]);
-        }
-    for (; j < nb; ++j) S[j] = favor__dot(q, K + j * ldk, d);
+    if (t == FAVOR_F16) favor__dots_f16(q, d, (const uint16_t *)K, ldk, nb, S, ahead);
+    else if (t == FAVOR_BF16) favor__dots_bf16(q, d, (const uint16_t *)K, ldk, nb, S, ahead);
+    else favor__dots(q, d, (const float *)K, ldk, nb, S, ahead);
+}
+static void favor__pv_as(favor_dtype t, float *C, const float *p, size_t nb, const void *V,
+                         size_t ldv, size_t dv)
+{
+    if (t == FAVOR_F16) favor__pv_f16(C, p, nb, (const uint16_t *)V, ldv, dv);
+    else if (t == FAVOR_BF16) favor__pv_bf16(C, p, nb, (const uint16_t *)V, ldv, dv);
+    else favor__pv(C, p, nb, (const float *)V, ldv, dv);
 }
 
 /* dst[c][r] = src[r][c] for an R x Cn block: whole W x W blocks with the
@@ -2505,14 +2584,20 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
  *     S (R x nb) = Qs K_tile^T          favor__dots (the tile stays in L1 while
  *                                       every row uses it: K is read once)
  *     m, l, P = exp(S - m)              favor__online_max, per row
- *     A (R x dv) = alpha A + P V_tile   favor__gemm over the keys each row sees
- * and leaves the block's partial (m, l, A) of every row in the workspace. A
+ *     A (R x dv) = alpha A + P V_tile   over the keys each row sees
+ * and leaves the block's partial (m, l, A) of every row in the workspace. Up to
+ * FAVOR__DEC_DIRECT rows read the tiles in their element types (favor__dots_as,
+ * then favor__pv_as for P V, a row at a time): a 16-bit cache is then read at
+ * half the bytes with no pass over a copy. More rows widen a 16-bit tile once
+ * into an fp32 buffer that they all read (favor__in), and take P V as one
+ * favor__gemm. Every path adds each element's terms in the same order. A
  * second pass merges each row's partials in block order and writes O = A / l
  * (and the lse). Neither pass depends on which thread ran what, so the results
  * do not depend on the thread count. Workspace: R (d + BK) floats per thread,
  * plus R (d_v + 2) floats per block per key/value head, which grows with n_k. */
 #define FAVOR__DEC_ROWS 32
 #define FAVOR__DEC_BLOCK 512
+#define FAVOR__DEC_DIRECT 2
 
 typedef favor__sm favor__dec;
 
@@ -2545,6 +2630,10 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     float *Kb = S + R * BK + dv, *Vb = Kb + favor__io_floats(x->k, BK);
     size_t j0 = b * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv;
     size_t esk = favor_dtype_size(x->k->dtype), esv = favor_dtype_size(x->v->dtype);
+    /* few rows read K and V in their own types (a tile widened once would cost
+     * as much as the bytes a 16-bit cache saves); more rows share a widened tile */
+    const int direct = R <= FAVOR__DEC_DIRECT;
+    favor_dtype tk = direct ? x->k->dtype : FAVOR_F32, tv = direct ? x->v->dtype : FAVOR_F32;
     if (jend - j0 > FAVOR__DEC_BLOCK) jend = j0 + FAVOR__DEC_BLOCK;
     for (i = 0; i < x->n; ++i)
         for (t = 0; t < x->grp; ++t) {
@@ -2555,13 +2644,23 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             memset(P + r * rec + 1, 0, (dv + 1) * sizeof(float));
         }
     for (; j0 < jend; j0 += BK) {
-        size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1;
-        const float *K = favor__in(x->k, g, j0, nb, Kb, &ldk);
-        const float *V = favor__in(x->v, g, j0, nb, Vb, &ldv);
-        favor__ahead ahead; /* the next tile's keys and values, during the first row */
-        ahead.rows = jend - j0 - nb < BK ? jend - j0 - nb : BK;
-        ahead.a = favor__at(x->k, g, ahead.rows ? j0 + nb : j0);
-        ahead.b = favor__at(x->v, g, ahead.rows ? j0 + nb : j0);
+        size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1, next = j0 + nb;
+        const void *K, *V;
+        favor__ahead ahead; /* the next tile's keys and values (the next block's
+                               first, which is this thread's next item when it
+                               has the keys in order), during the first row */
+        if (direct) {
+            K = favor__at(x->k, g, j0);
+            V = favor__at(x->v, g, j0);
+            ldk = x->k->row_stride;
+            ldv = x->v->row_stride;
+        } else {
+            K = favor__in(x->k, g, j0, nb, Kb, &ldk);
+            V = favor__in(x->v, g, j0, nb, Vb, &ldv);
+        }
+        ahead.rows = x->nk - next < BK ? x->nk - next : BK;
+        ahead.a = favor__at(x->k, g, ahead.rows ? next : j0);
+        ahead.b = favor__at(x->v, g, ahead.rows ? next : j0);
         ahead.lda = x->k->row_stride * esk;
         ahead.ldb = x->v->row_stride * esv;
         ahead.a_bytes = d * esk;
@@ -2572,24 +2671,26 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             full &= kv == nb;
             for (r = i * x->grp; r < (i + 1) * x->grp; ++r) {
                 float *Sr = S + r * BK, *pr = P + r * rec, alpha, mc;
-                favor__dots(Qs + r * d, d, K, ldk, kv, Sr, r ? NULL : &ahead);
+                favor__dots_as(tk, Qs + r * d, d, K, ldk, kv, Sr, r ? NULL : &ahead);
                 for (j = kv; j < nb; ++j) Sr[j] = -INFINITY;
                 mc = favor__online_max(pr, favor__maxval(Sr, nb), &alpha);
                 favor__exp_add(Sr, Sr, -mc, nb);
                 alpha = favor__s_exp(alpha);
                 pr[1] = pr[1] * alpha + favor__sum(Sr, nb);
                 if (alpha != 1.0f) favor__scal(pr + 2, alpha, dv);
+                if (direct && kv) favor__pv_as(tv, pr + 2, Sr, kv, V, ldv, dv);
             }
         }
+        if (direct) continue;
         if (full)
-            favor__gemm(R, dv, nb, S, BK, 1, V, ldv, P + 2, rec, 1);
+            favor__gemm(R, dv, nb, S, BK, 1, (const float *)V, ldv, P + 2, rec, 1);
         else /* causal: each position's rows take only the keys they see */
             for (i = 0; i < x->n; ++i) {
                 size_t vis = favor__visible(i, x->n, x->nk);
                 size_t kv = vis <= j0 ? 0 : vis - j0 < nb ? vis - j0 : nb;
                 if (kv)
-                    favor__gemm(x->grp, dv, kv, S + i * x->grp * BK, BK, 1, V, ldv,
-                                P + i * x->grp * rec + 2, rec, 1);
+                    favor__gemm(x->grp, dv, kv, S + i * x->grp * BK, BK, 1, (const float *)V,
+                                ldv, P + i * x->grp * rec + 2, rec, 1);
             }
     }
 }
