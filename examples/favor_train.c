@@ -253,6 +253,7 @@ static float *floats(model *M, size_t count) { return (float *)xcalloc(M, count,
 static favor_tensor heads_view(const model *M, float *buf, size_t b)
 {
     favor_tensor t;
+    memset(&t, 0, sizeof t); /* batch 0: one element */
     t.heads = M->c.heads;
     t.rows = M->c.n;
     t.cols = M->c.dmodel / M->c.heads;

@@ -48,8 +48,21 @@
  * Inputs may overlap each other; an output may share no element with an input or
  * another output, but may share a buffer: the column blocks of one [n][q|k|v|out]
  * buffer are fine. Outputs are accepted when their bytes are disjoint from the
- * others' by span, or by residue modulo a common row or head stride; a layout
- * this cannot prove disjoint is refused (FAVOR_E_ALIAS).
+ * others' by span, or by residue modulo a common row, head or batch stride; a
+ * layout this cannot prove disjoint is refused (FAVOR_E_ALIAS).
+ *
+ * BATCHES. A view may hold `batch` such [heads][rows][cols] elements,
+ * batch_stride elements apart: element (b, h, r, c) is number b*batch_stride +
+ * h*head_stride + r*row_stride + c. A batch of 0 or 1 is one element (its
+ * batch_stride is not read), so a view that leaves the two fields zero is the
+ * unbatched view above; a batch above 1 needs a batch_stride that keeps the
+ * rows apart, as for heads and rows (three strides, each covering all rows of
+ * the smaller ones): a llm.c-style (B, T, 3C) qkv buffer is batch_stride T*3C,
+ * head_stride d, row_stride 3C. Every tensor of a call has the same batch;
+ * heads are grouped within each batch element, and the heads of a call are its
+ * batch x heads (b, h) pairs in that order, b outer: lse is [batch][heads_q][n]
+ * and a recurrent state for a batched call is initialized with batch x heads_kv
+ * heads. The threads of a call share out all of them.
  *
  * ELEMENT TYPES. favor_tensor.dtype is FAVOR_F32 (float; 0, so a zero-initialized
  * or favor_tensor_packed view is fp32), FAVOR_F16 (IEEE binary16) or FAVOR_BF16
@@ -256,13 +269,16 @@ typedef enum {
     FAVOR_BF16     /* bfloat16: the top 16 bits of a float, as a uint16_t     */
 } favor_dtype;
 
-/* A strided view [heads][rows][cols] of elements of type dtype; see TENSORS
- * above. A zero-initialized dtype is FAVOR_F32. */
+/* A strided view [batch][heads][rows][cols] of elements of type dtype; see
+ * TENSORS and BATCHES above. A zero-initialized dtype is FAVOR_F32, and a zero
+ * batch one element. */
 typedef struct {
     void *data;
     size_t heads, rows, cols;
     size_t head_stride, row_stride; /* in elements */
     favor_dtype dtype;
+    size_t batch;        /* 0 or 1: one element */
+    size_t batch_stride; /* in elements; read when batch > 1 */
 } favor_tensor;
 
 /* A packed fp32 view: head_stride = rows*cols, row_stride = cols. O(1), no
@@ -274,6 +290,11 @@ FAVOR_API favor_tensor favor_tensor_packed(float *data, size_t heads, size_t row
  * elements otherwise). O(1), no checks. */
 FAVOR_API favor_tensor favor_tensor_packed_as(favor_dtype dtype, void *data, size_t heads,
                                               size_t rows, size_t cols);
+
+/* A packed [batch][heads][rows][cols] view of elements of dtype: batch_stride =
+ * heads*rows*cols. O(1), no checks. */
+FAVOR_API favor_tensor favor_tensor_batched(favor_dtype dtype, void *data, size_t batch,
+                                            size_t heads, size_t rows, size_t cols);
 
 /* Bytes of one element of dtype (4 or 2); 0 for a value outside the enum. O(1). */
 FAVOR_API size_t favor_dtype_size(favor_dtype dtype);
@@ -1774,47 +1795,58 @@ static int favor__add_ok(size_t a, size_t b, size_t *out)
 }
 
 /* The bytes a tensor (or a plain buffer) occupies, for the alias checks: the
- * span [lo, hi), and its two-level layout: blocks `per` bytes apart (0: one
- * block), each `in_len` bytes long, made of rows `in_stride` bytes apart (0:
- * one row) of `row` bytes each. A plain buffer is one block of one row. */
+ * span [lo, hi), and its layout: groups `outer` bytes apart (0: one group),
+ * each `glen` bytes long, of blocks `per` bytes apart (0: one block), each
+ * block `in_len` bytes long, made of rows `in_stride` bytes apart (0: one row)
+ * of `row` bytes each. A plain buffer is one block of one row. */
 typedef struct {
     uintptr_t lo, hi;
-    uintptr_t per, in_len, in_stride, row;
+    uintptr_t outer, glen, per, in_len, in_stride, row;
 } favor__range;
 
+/* the batch elements of a view (a batch of 0 or 1 is one) and its heads over
+ * all of them, b outer (favor__check_tensor checks that the product fits) */
+static size_t favor__nbatch(const favor_tensor *t) { return t->batch > 1 ? t->batch : 1; }
+static size_t favor__nheads(const favor_tensor *t) { return favor__nbatch(t) * t->heads; }
+
 /* A tensor is valid when its data is non-NULL, every size is non-zero, its rows
- * do not overlap each other (the smaller stride covers a row, the larger covers
- * all rows of the smaller) and its byte span fits in size_t and the address
- * space. Its layout is returned for the alias checks. */
+ * do not overlap each other (over its axes of more than one element, rows,
+ * heads and batch, taken by increasing stride, each stride covers all the rows
+ * of the smaller ones) and its byte span fits in size_t and the address space.
+ * Its layout is returned for the alias checks. */
 static favor_status favor__check_tensor(const favor_tensor *t, favor__range *rg)
 {
-    size_t sa, na, sb, nb, span, tmp, bytes, es;
+    size_t st[3], cnt[3], na = 0, i, j, ext, tmp, bytes, es;
     if (!t || !t->data) return FAVOR_E_NULL;
     if (!(es = favor_dtype_size(t->dtype))) return FAVOR_E_ARG;
     if (!t->heads || !t->rows || !t->cols) return FAVOR_E_SHAPE;
-    /* (sa, na) the smaller stride, (sb, nb) the larger, ignoring count-1 axes */
-    if (t->rows > 1 && (t->heads == 1 || t->row_stride <= t->head_stride)) {
-        sa = t->row_stride; na = t->rows; sb = t->head_stride; nb = t->heads;
-    } else {
-        sa = t->head_stride; na = t->heads; sb = t->row_stride; nb = t->rows;
-    }
-    if (na > 1 && sa < t->cols) return FAVOR_E_SHAPE;
-    if (nb > 1) {
-        if (!favor__mul_ok(na - 1, sa, &tmp) || !favor__add_ok(tmp, t->cols, &tmp))
+    if (!favor__mul_ok(favor__nbatch(t), t->heads, &tmp)) return FAVOR_E_OVERFLOW;
+    if (t->rows > 1) { st[na] = t->row_stride; cnt[na++] = t->rows; }
+    if (t->heads > 1) { st[na] = t->head_stride; cnt[na++] = t->heads; }
+    if (t->batch > 1) { st[na] = t->batch_stride; cnt[na++] = t->batch; }
+    for (i = 1; i < na; ++i) /* by stride; a tie keeps the order rows, heads, batch */
+        for (j = i; j > 0 && st[j] < st[j - 1]; --j) {
+            tmp = st[j]; st[j] = st[j - 1]; st[j - 1] = tmp;
+            tmp = cnt[j]; cnt[j] = cnt[j - 1]; cnt[j - 1] = tmp;
+        }
+    ext = t->cols; /* elements from a row's first to the last of the axes so far */
+    for (i = 0; i < na; ++i) {
+        if (st[i] < ext) return FAVOR_E_SHAPE;
+        if (!favor__mul_ok(cnt[i] - 1, st[i], &tmp) || !favor__add_ok(tmp, ext, &ext))
             return FAVOR_E_OVERFLOW;
-        if (sb < tmp) return FAVOR_E_SHAPE;
+        if (i == 0) rg->in_len = ext; /* in elements until the end */
+        if (i == 1) rg->glen = ext;
     }
-    if (!favor__mul_ok(t->heads - 1, t->head_stride, &span) ||
-        !favor__mul_ok(t->rows - 1, t->row_stride, &tmp) || !favor__add_ok(span, tmp, &span) ||
-        !favor__add_ok(span, t->cols, &span) || !favor__mul_ok(span, es, &bytes))
+    if (!favor__mul_ok(ext, es, &bytes) || (uintptr_t)t->data > UINTPTR_MAX - bytes)
         return FAVOR_E_OVERFLOW;
-    if ((uintptr_t)t->data > UINTPTR_MAX - bytes) return FAVOR_E_OVERFLOW;
     rg->lo = (uintptr_t)t->data;
     rg->hi = rg->lo + bytes;
     rg->row = t->cols * es;
-    rg->in_stride = na > 1 ? sa * es : 0;
-    rg->in_len = (na - 1) * sa * es + rg->row; /* <= bytes: no overflow */
-    rg->per = nb > 1 ? sb * es : 0;
+    rg->in_stride = na > 0 ? st[0] * es : 0;
+    rg->in_len = na > 0 ? rg->in_len * es : rg->row; /* <= bytes: no overflow */
+    rg->per = na > 1 ? st[1] * es : 0;
+    rg->outer = na > 2 ? st[2] * es : 0;
+    rg->glen = na > 2 ? rg->glen * es : bytes;
     return FAVOR_OK;
 }
 
@@ -1823,7 +1855,7 @@ static favor_status favor__check_tensor(const favor_tensor *t, favor__range *rg)
  * row wide when p divides the row stride too). 0 when that window is all of p. */
 static int favor__window(favor__range r, uintptr_t p, uintptr_t *at, uintptr_t *len)
 {
-    if (r.per % p) return 0;
+    if (r.per % p || r.outer % p) return 0;
     *len = r.in_stride && r.in_stride % p == 0 ? r.row : r.in_len;
     if (*len >= p) return 0;
     *at = r.lo % p;
@@ -1835,11 +1867,25 @@ static int favor__window(favor__range r, uintptr_t p, uintptr_t *at, uintptr_t *
  * some common period puts them in disjoint windows. Otherwise assume they do. */
 static int favor__overlap(favor__range a, favor__range b)
 {
-    uintptr_t per[4], wa, la, wb, lb;
+    uintptr_t per[6], wa, la, wb, lb;
     int i;
     if (!(a.lo < b.hi && b.lo < a.hi)) return 0;
+    if (a.outer && a.outer == b.outer) {
+        /* groups one stride apart (the batch elements of two views of one
+         * buffer, say): when the first groups of both fit in one stride, group
+         * i of one can meet only group i of the other, a copy of the first two */
+        uintptr_t lo = a.lo < b.lo ? a.lo : b.lo;
+        uintptr_t hi = a.lo + a.glen > b.lo + b.glen ? a.lo + a.glen : b.lo + b.glen;
+        if (hi - lo <= a.outer) {
+            a.hi = a.lo + a.glen;
+            b.hi = b.lo + b.glen;
+            a.outer = b.outer = 0;
+            return favor__overlap(a, b);
+        }
+    }
     per[0] = a.per; per[1] = b.per; per[2] = a.in_stride; per[3] = b.in_stride;
-    for (i = 0; i < 4; ++i) {
+    per[4] = a.outer; per[5] = b.outer;
+    for (i = 0; i < 6; ++i) {
         uintptr_t p = per[i];
         if (!p || !favor__window(a, p, &wa, &la) || !favor__window(b, p, &wb, &lb)) continue;
         if ((wb + p - wa) % p >= la && (wa + p - wb) % p >= lb) return 0; /* disjoint */
@@ -1852,7 +1898,8 @@ static favor__range favor__range_of(const void *p, size_t bytes)
     favor__range r;
     r.lo = (uintptr_t)p;
     r.hi = r.lo + bytes;
-    r.per = r.in_stride = 0;
+    r.outer = r.per = r.in_stride = 0;
+    r.glen = bytes;
     r.in_len = r.row = bytes;
     return r;
 }
@@ -1919,15 +1966,16 @@ static favor_status favor__check_qkvo(const favor_tensor *q, const favor_tensor 
     if ((st = favor__check_tensor(o, &sh->o)) != FAVOR_OK) return st;
     if (k->cols != q->cols || v->rows != k->rows || v->heads != k->heads ||
         q->heads % k->heads != 0 || o->heads != q->heads || o->rows != q->rows ||
-        o->cols != v->cols)
+        o->cols != v->cols || favor__nbatch(k) != favor__nbatch(q) ||
+        favor__nbatch(v) != favor__nbatch(q) || favor__nbatch(o) != favor__nbatch(q))
         return FAVOR_E_SHAPE;
     if (favor__overlap(sh->o, sh->q) || favor__overlap(sh->o, sh->k) ||
         favor__overlap(sh->o, sh->v))
         return FAVOR_E_ALIAS;
     sh->nother = 0;
     sh->ngrad = 0;
-    sh->hq = q->heads;
-    sh->hkv = k->heads;
+    sh->hq = favor__nheads(q);
+    sh->hkv = favor__nheads(k);
     sh->n = q->rows;
     sh->nk = k->rows;
     sh->d = q->cols;
@@ -1961,18 +2009,20 @@ static favor_status favor__check_backward(const favor_tensor *q, const favor_ten
     sh->other[sh->nother++] = r;
     if (with_out) {
         if ((st = favor__check_tensor(out, &r)) != FAVOR_OK) return st;
-        if (out->heads != dout->heads || out->rows != dout->rows || out->cols != dout->cols)
+        if (out->heads != dout->heads || out->rows != dout->rows || out->cols != dout->cols ||
+            favor__nbatch(out) != favor__nbatch(dout))
             return FAVOR_E_SHAPE;
         sh->other[sh->nother++] = r;
     }
     if (k->cols != q->cols || v->rows != k->rows || v->heads != k->heads ||
         q->heads % k->heads != 0 || dout->heads != q->heads || dout->rows != q->rows ||
-        dout->cols != v->cols)
+        dout->cols != v->cols || favor__nbatch(k) != favor__nbatch(q) ||
+        favor__nbatch(v) != favor__nbatch(q) || favor__nbatch(dout) != favor__nbatch(q))
         return FAVOR_E_SHAPE;
     for (i = 0; i < 3; ++i) {
         if ((st = favor__check_tensor(g[i], &sh->grad[i])) != FAVOR_OK) return st;
         if (g[i]->heads != like[i]->heads || g[i]->rows != like[i]->rows ||
-            g[i]->cols != like[i]->cols)
+            g[i]->cols != like[i]->cols || favor__nbatch(g[i]) != favor__nbatch(q))
             return FAVOR_E_SHAPE;
     }
     for (i = 0; i < 3; ++i) {
@@ -1982,8 +2032,8 @@ static favor_status favor__check_backward(const favor_tensor *q, const favor_ten
     }
     sh->ngrad = 3;
     sh->o = favor__range_of(NULL, 0);
-    sh->hq = q->heads;
-    sh->hkv = k->heads;
+    sh->hq = favor__nheads(q);
+    sh->hkv = favor__nheads(k);
     sh->n = q->rows;
     sh->nk = k->rows;
     sh->d = q->cols;
@@ -2112,8 +2162,9 @@ static size_t favor__io_floats(const favor_tensor *t, size_t rows)
 /* the address of row r of head h (r may be one past the last) */
 static void *favor__at(const favor_tensor *t, size_t h, size_t r)
 {
-    return (unsigned char *)t->data +
-           (h * t->head_stride + r * t->row_stride) * favor_dtype_size(t->dtype);
+    size_t e = t->batch > 1 ? h / t->heads * t->batch_stride + h % t->heads * t->head_stride
+                            : h * t->head_stride; /* h counts the heads of every batch element */
+    return (unsigned char *)t->data + (e + r * t->row_stride) * favor_dtype_size(t->dtype);
 }
 
 /* nr rows from row r0 of head h into buf (stride ldb), as fp32 */
@@ -2228,6 +2279,18 @@ FAVOR_API favor_tensor favor_tensor_packed_as(favor_dtype dtype, void *data, siz
     t.row_stride = cols;
     t.head_stride = rows * cols; /* an overflow here is caught by validation */
     if (cols && t.head_stride / cols != rows) t.head_stride = SIZE_MAX;
+    t.batch = 1;
+    t.batch_stride = 0;
+    return t;
+}
+
+FAVOR_API favor_tensor favor_tensor_batched(favor_dtype dtype, void *data, size_t batch,
+                                            size_t heads, size_t rows, size_t cols)
+{
+    favor_tensor t = favor_tensor_packed_as(dtype, data, heads, rows, cols);
+    t.batch = batch;
+    t.batch_stride = heads * t.head_stride; /* as above */
+    if (heads && t.batch_stride / heads != t.head_stride) t.batch_stride = SIZE_MAX;
     return t;
 }
 
@@ -2376,7 +2439,7 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
     if (role != FAVOR_QUERY && role != FAVOR_KEY && role != FAVOR_PLAIN) return FAVOR_E_ARG;
     favor__map_make(&mp, f, f->scale);
     if (x->cols != f->dim || phi->cols != mp.width || x->heads != phi->heads ||
-        x->rows != phi->rows)
+        x->rows != phi->rows || favor__nbatch(x) != favor__nbatch(phi))
         return FAVOR_E_SHAPE;
     if (favor__overlap(rp, rx) ||
         (f->w && (favor__overlap(rp, favor__range_of(f->w, f->count * f->dim * sizeof(float))) ||
@@ -2398,7 +2461,7 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
     } else if (per) {
         nb = FAVOR__FMAP_STACK / per < 64 ? FAVOR__FMAP_STACK / per : 64;
     }
-    for (h = 0; h < x->heads; ++h)
+    for (h = 0; h < favor__nheads(x); ++h)
         favor__feature_head(&mp, x, phi, role, h, nb, buf,
                             buf + nb * favor__io_floats(x, 1));
     favor__ws_put(owned);
@@ -2752,7 +2815,7 @@ FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const 
             return 0;
         favor__decode_plan(&x, q, k, v, opts);
         return favor__ws_bytes(
-            favor__decode_floats(&x, k->heads, favor__nthreads(opts), &slice, &at));
+            favor__decode_floats(&x, favor__nheads(k), favor__nthreads(opts), &slice, &at));
     }
     if (!k || !v || favor__check_tensor(k, &r) != FAVOR_OK ||
         favor__check_tensor(v, &r) != FAVOR_OK)
@@ -3344,7 +3407,7 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
                              size_t np, const favor__chunk *scr, float *F, const float *R,
                              float *X)
 {
-    size_t w = st->width, dv = st->dv, grp = q->heads / st->heads, t;
+    size_t w = st->width, dv = st->dv, grp = favor__nheads(q) / st->heads, t;
     const float *S = st->s + g * w * dv, *z = st->z + g * w;
     float c = st->c[g], *pv, m, e;
     favor__chunk cb;
@@ -3460,7 +3523,7 @@ static void favor__extend_head(const favor__map *mp, favor_state *st, const favo
                                const favor_tensor *k, const favor_tensor *v,
                                const favor_tensor *out, size_t g, favor__chunk *cb, float *io)
 {
-    size_t grp = q->heads / st->heads, w = st->width;
+    size_t grp = favor__nheads(q) / st->heads, w = st->width;
     favor__qgroup qg;
     qg.q = q;
     qg.o = out;
@@ -3544,7 +3607,7 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
     w = st->width;
     d = st->dim;
     H = st->heads;
-    grp = q->heads / H;
+    grp = favor__nheads(q) / H;
     memset(&scr, 0, sizeof scr);
     F = st->scratch; /* 2 H rows: head g's key, then its first query */
     R = F + 2 * H * w;
@@ -3587,7 +3650,8 @@ static favor_tensor favor__stage(const favor_tensor *t, size_t h0, size_t count,
 {
     favor_tensor v = *t;
     size_t h;
-    v.heads = count;
+    v.heads = count; /* of one batch element: a group never spans two */
+    v.batch = v.batch_stride = 0;
     v.dtype = FAVOR_F32;
     if (t->dtype == FAVOR_F32) {
         v.data = favor__at(t, h0, 0);

@@ -339,6 +339,8 @@ static int run_shared_cache(size_t hq, size_t hkv, size_t n, size_t nk, size_t c
     favor_options opt = favor_default_options();
     favor_status st;
     int fails = 0;
+    memset(&Q, 0, sizeof Q); /* batch 0: one element */
+    K = V = O = Q;
     rng.s = seed;
     for (i = 0; i < cap * wc; ++i) kv[i] = (float)NAN;
     for (i = 0; i < n * wq; ++i) qo[i] = (float)NAN;

@@ -154,6 +154,7 @@ static void db_make(dbuf *b, favor_dtype type, size_t heads, size_t rows, size_t
                 b->d[k] = x;
             }
     memcpy(b->init, b->buf, b->bytes);
+    memset(&b->t, 0, sizeof b->t); /* batch 0: one element */
     b->t.data = b->buf;
     b->t.heads = heads;
     b->t.rows = rows;

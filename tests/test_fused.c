@@ -46,6 +46,7 @@ static void fused_make(fused *fz, int per_head, int shifted, size_t shift, tu_rn
     fz->buf = tu_normal_floats(rng, fz->floats, 1.0);
     for (i = 0; i < P_COUNT; ++i) {
         favor_tensor *t = &fz->t[i];
+        memset(t, 0, sizeof *t); /* batch 0: one element */
         t->data = fz->buf + off[i] - ((int)i == shifted ? shift : 0);
         t->heads = H;
         t->rows = N;

@@ -62,6 +62,7 @@ static inline void tv_make(tv_buf *b, size_t heads, size_t rows, size_t cols,
                 b->buf[at] = sigma < 0 ? (float)NAN : (float)(sigma * tu_normal(r));
             }
     memcpy(b->init, b->buf, b->len * sizeof *b->buf);
+    memset(&b->t, 0, sizeof b->t); /* batch 0: one element */
     b->t.data = b->buf;
     b->t.heads = heads;
     b->t.rows = rows;
