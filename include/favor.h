@@ -171,7 +171,12 @@
  *
  * ERRORS. Every entry point validates all its arguments before it writes anything;
  * on a bad argument it returns a favor_status other than FAVOR_OK and leaves every
- * output untouched. favor_status_string() names each status.
+ * output untouched. favor_status_string() names each status. A call that takes
+ * favor_options says more when opts->error is set: the argument it refused and
+ * why, in one line ("k: row_stride 32 is below cols 64", "dv overlaps dk",
+ * "opts.workspace: 1024 bytes, the call needs 4160"); the workspace queries
+ * too, when they return 0. The text is written only on failure, in the
+ * caller's buffer: no global state.
  *
  * VERSION HISTORY
  *     0.1  forward passes: softmax, elu+1, FAVOR+ and friends; recurrent state;
@@ -317,10 +322,16 @@ typedef struct {
                               scores (-inf for a row that sees no key). Written
                               by favor_softmax_attention, read by its backward
                               (which otherwise recomputes it). Linear ignores it */
+    char *error;           /* NULL = none: a call that fails writes here one
+                              line saying which argument it refused and why
+                              ("k: row_stride 32 is below cols 64"), cut to
+                              error_size bytes with its NUL; a call that
+                              succeeds does not touch it. See ERRORS */
+    size_t error_size;     /* bytes at error                                    */
 } favor_options;
 
 /* No flags, scale 0 (the default), threads 0 (OpenMP's default), no workspace
- * (the call allocates), no lse. O(1). */
+ * (the call allocates), no lse, no error text. O(1). */
 FAVOR_API favor_options favor_default_options(void);
 
 /* Feature maps (see FEATURE MAPS above). */
@@ -555,6 +566,7 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
 
 #include <float.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -1794,6 +1806,59 @@ static int favor__add_ok(size_t a, size_t b, size_t *out)
     return 1;
 }
 
+/* Why a call was refused: the caller's opts->error (none: buf NULL). favor__no
+ * writes one line there, from a format where %s is a string and %z a size_t
+ * (no stdio), cut to the buffer with its NUL, and returns st. */
+typedef struct {
+    char *buf;
+    size_t size;
+} favor__why;
+
+static favor__why favor__why_of(const favor_options *o)
+{
+    favor__why w;
+    w.buf = o && o->error && o->error_size ? o->error : NULL;
+    w.size = w.buf ? o->error_size : 0;
+    return w;
+}
+
+static favor_status favor__no(const favor__why *w, favor_status st, const char *fmt, ...)
+{
+    va_list ap;
+    size_t at = 0;
+    char num[3 * sizeof(size_t) + 1];
+    if (!w || !w->buf) return st;
+    va_start(ap, fmt);
+    for (; *fmt; ++fmt) {
+        const char *t = fmt;
+        size_t len = 1;
+        if (fmt[0] == '%' && fmt[1] == 's') {
+            t = va_arg(ap, const char *);
+            len = strlen(t);
+            ++fmt;
+        } else if (fmt[0] == '%' && fmt[1] == 'z') {
+            size_t v = va_arg(ap, size_t);
+            char *p = num + sizeof num;
+            do *--p = (char)('0' + (int)(v % 10u)); while ((v /= 10u) != 0);
+            t = p;
+            len = (size_t)(num + sizeof num - p);
+            ++fmt;
+        }
+        for (; len && at + 1 < w->size; --len) w->buf[at++] = *t++;
+    }
+    va_end(ap);
+    w->buf[at] = '\0';
+    return st;
+}
+
+/* FAVOR_E_SHAPE unless x (a's `what`) equals y (b's) */
+static favor_status favor__same(const favor__why *w, const char *a, const char *what, size_t x,
+                                const char *b, size_t y)
+{
+    if (x == y) return FAVOR_OK;
+    return favor__no(w, FAVOR_E_SHAPE, "%s: %s is %z, %s's is %z", a, what, x, b, y);
+}
+
 /* The bytes a tensor (or a plain buffer) occupies, for the alias checks: the
  * span [lo, hi), and its layout: groups `outer` bytes apart (0: one group),
  * each `glen` bytes long, of blocks `per` bytes apart (0: one block), each
@@ -1814,31 +1879,51 @@ static size_t favor__nheads(const favor_tensor *t) { return favor__nbatch(t) * t
  * heads and batch, taken by increasing stride, each stride covers all the rows
  * of the smaller ones) and its byte span fits in size_t and the address space.
  * Its layout is returned for the alias checks. */
-static favor_status favor__check_tensor(const favor_tensor *t, favor__range *rg)
+static favor_status favor__check_tensor(const favor_tensor *t, const char *name,
+                                        const favor__why *w, favor__range *rg)
 {
-    size_t st[3], cnt[3], na = 0, i, j, ext, tmp, bytes, es;
-    if (!t || !t->data) return FAVOR_E_NULL;
-    if (!(es = favor_dtype_size(t->dtype))) return FAVOR_E_ARG;
-    if (!t->heads || !t->rows || !t->cols) return FAVOR_E_SHAPE;
-    if (!favor__mul_ok(favor__nbatch(t), t->heads, &tmp)) return FAVOR_E_OVERFLOW;
-    if (t->rows > 1) { st[na] = t->row_stride; cnt[na++] = t->rows; }
-    if (t->heads > 1) { st[na] = t->head_stride; cnt[na++] = t->heads; }
-    if (t->batch > 1) { st[na] = t->batch_stride; cnt[na++] = t->batch; }
+    static const char *const axis[3] = { "row_stride", "head_stride", "batch_stride" };
+    size_t st[3], cnt[3], ax[3], na = 0, i, j, ext, tmp, bytes, es;
+    if (!t) return favor__no(w, FAVOR_E_NULL, "%s is NULL", name);
+    if (!t->data) return favor__no(w, FAVOR_E_NULL, "%s: data is NULL", name);
+    if (!(es = favor_dtype_size(t->dtype)))
+        return favor__no(w, FAVOR_E_ARG, "%s: dtype %z is not a favor_dtype", name,
+                         (size_t)(unsigned)t->dtype);
+    if (!t->heads || !t->rows || !t->cols)
+        return favor__no(w, FAVOR_E_SHAPE, "%s: heads %z, rows %z, cols %z: a size is zero",
+                         name, t->heads, t->rows, t->cols);
+    if (!favor__mul_ok(favor__nbatch(t), t->heads, &tmp))
+        return favor__no(w, FAVOR_E_OVERFLOW, "%s: batch %z x heads %z overflows size_t", name,
+                         t->batch, t->heads);
+    if (t->rows > 1) { st[na] = t->row_stride; cnt[na] = t->rows; ax[na++] = 0; }
+    if (t->heads > 1) { st[na] = t->head_stride; cnt[na] = t->heads; ax[na++] = 1; }
+    if (t->batch > 1) { st[na] = t->batch_stride; cnt[na] = t->batch; ax[na++] = 2; }
     for (i = 1; i < na; ++i) /* by stride; a tie keeps the order rows, heads, batch */
         for (j = i; j > 0 && st[j] < st[j - 1]; --j) {
             tmp = st[j]; st[j] = st[j - 1]; st[j - 1] = tmp;
             tmp = cnt[j]; cnt[j] = cnt[j - 1]; cnt[j - 1] = tmp;
+            tmp = ax[j]; ax[j] = ax[j - 1]; ax[j - 1] = tmp;
         }
     ext = t->cols; /* elements from a row's first to the last of the axes so far */
     for (i = 0; i < na; ++i) {
-        if (st[i] < ext) return FAVOR_E_SHAPE;
+        if (st[i] < ext) {
+            if (i == 0)
+                return favor__no(w, FAVOR_E_SHAPE, "%s: %s %z is below cols %z", name,
+                                 axis[ax[i]], st[i], ext);
+            return favor__no(w, FAVOR_E_SHAPE,
+                             "%s: %s %z is below %z, the span of the %s axis under it (its "
+                             "rows would overlap)",
+                             name, axis[ax[i]], st[i], ext, axis[ax[i - 1]]);
+        }
         if (!favor__mul_ok(cnt[i] - 1, st[i], &tmp) || !favor__add_ok(tmp, ext, &ext))
-            return FAVOR_E_OVERFLOW;
+            return favor__no(w, FAVOR_E_OVERFLOW, "%s: the span of its %s overflows size_t",
+                             name, axis[ax[i]]);
         if (i == 0) rg->in_len = ext; /* in elements until the end */
         if (i == 1) rg->glen = ext;
     }
     if (!favor__mul_ok(ext, es, &bytes) || (uintptr_t)t->data > UINTPTR_MAX - bytes)
-        return FAVOR_E_OVERFLOW;
+        return favor__no(w, FAVOR_E_OVERFLOW, "%s: its span of %z elements passes the end of "
+                                              "the address space", name, ext);
     rg->lo = (uintptr_t)t->data;
     rg->hi = rg->lo + bytes;
     rg->row = t->cols * es;
@@ -1906,27 +1991,39 @@ static favor__range favor__range_of(const void *p, size_t bytes)
 
 static favor_status favor__check_options(const favor_options *o)
 {
+    favor__why w = favor__why_of(o);
     if (!o) return FAVOR_OK;
-    if (o->flags & ~FAVOR_CAUSAL) return FAVOR_E_ARG;
-    if (!(o->scale >= 0.0f) || !(o->scale <= FLT_MAX)) return FAVOR_E_ARG; /* NaN, < 0, inf */
-    if (o->threads < 0) return FAVOR_E_ARG;
+    if (o->flags & ~FAVOR_CAUSAL)
+        return favor__no(&w, FAVOR_E_ARG, "opts: flags %z has bits other than FAVOR_CAUSAL",
+                         (size_t)o->flags);
+    if (!(o->scale >= 0.0f) || !(o->scale <= FLT_MAX)) /* NaN, < 0, inf */
+        return favor__no(&w, FAVOR_E_ARG, "opts: scale is NaN, negative or infinite");
+    if (o->threads < 0) return favor__no(&w, FAVOR_E_ARG, "opts: threads is negative");
     return FAVOR_OK;
 }
 
 static int favor__kernel_ok(int k) { return k >= FAVOR_ELU1 && k <= FAVOR_RELU; }
 
-static favor_status favor__check_features(const favor_features *f)
+static favor_status favor__check_features(const favor_features *f, const favor__why *w)
 {
-    if (!f) return FAVOR_E_NULL;
-    if (!favor__kernel_ok((int)f->kernel) || (f->flags & ~(FAVOR_IID | FAVOR_REGULAR_NORM)))
-        return FAVOR_E_ARG;
-    if (!f->dim || !f->count) return FAVOR_E_SHAPE;
+    if (!f) return favor__no(w, FAVOR_E_NULL, "f is NULL");
+    if (!favor__kernel_ok((int)f->kernel))
+        return favor__no(w, FAVOR_E_ARG, "f: kernel %z is not a favor_kernel",
+                         (size_t)(unsigned)f->kernel);
+    if (f->flags & ~(FAVOR_IID | FAVOR_REGULAR_NORM))
+        return favor__no(w, FAVOR_E_ARG, "f: flags %z has unknown bits", (size_t)f->flags);
+    if (!f->dim || !f->count)
+        return favor__no(w, FAVOR_E_SHAPE, "f: dim %z, count %z: a size is zero", f->dim,
+                         f->count);
     if (f->kernel == FAVOR_ELU1) {
-        if (f->count != f->dim) return FAVOR_E_SHAPE;
+        if (f->count != f->dim)
+            return favor__no(w, FAVOR_E_SHAPE, "f: FAVOR_ELU1 with count %z, not dim %z",
+                             f->count, f->dim);
     } else if (!f->w || !f->wt) {
-        return FAVOR_E_NULL;
+        return favor__no(w, FAVOR_E_NULL, "f: w or wt is NULL");
     }
-    if (!(f->scale > 0.0f) || !(f->scale <= FLT_MAX)) return FAVOR_E_ARG;
+    if (!(f->scale > 0.0f) || !(f->scale <= FLT_MAX))
+        return favor__no(w, FAVOR_E_ARG, "f: scale is not positive and finite");
     return FAVOR_OK;
 }
 
@@ -1954,24 +2051,46 @@ static int favor__overlaps_any(const favor__shape *sh, favor__range r, int with_
     return 0;
 }
 
-static favor_status favor__check_qkvo(const favor_tensor *q, const favor_tensor *k,
-                                      const favor_tensor *v, const favor_tensor *o,
-                                      favor__shape *sh)
+/* the shapes of q, k, v and (`o`, named on) an output or dout shaped as q's
+ * rows and v's columns */
+static favor_status favor__check_shapes(const favor_tensor *q, const favor_tensor *k,
+                                        const favor_tensor *v, const favor_tensor *o,
+                                        const char *on, const favor__why *w)
 {
     favor_status st;
-    if (!q || !k || !v || !o) return FAVOR_E_NULL;
-    if ((st = favor__check_tensor(q, &sh->q)) != FAVOR_OK) return st;
-    if ((st = favor__check_tensor(k, &sh->k)) != FAVOR_OK) return st;
-    if ((st = favor__check_tensor(v, &sh->v)) != FAVOR_OK) return st;
-    if ((st = favor__check_tensor(o, &sh->o)) != FAVOR_OK) return st;
-    if (k->cols != q->cols || v->rows != k->rows || v->heads != k->heads ||
-        q->heads % k->heads != 0 || o->heads != q->heads || o->rows != q->rows ||
-        o->cols != v->cols || favor__nbatch(k) != favor__nbatch(q) ||
-        favor__nbatch(v) != favor__nbatch(q) || favor__nbatch(o) != favor__nbatch(q))
-        return FAVOR_E_SHAPE;
+    size_t b = favor__nbatch(q);
+    if ((st = favor__same(w, "k", "cols", k->cols, "q", q->cols)) != FAVOR_OK ||
+        (st = favor__same(w, "v", "rows", v->rows, "k", k->rows)) != FAVOR_OK ||
+        (st = favor__same(w, "v", "heads", v->heads, "k", k->heads)) != FAVOR_OK ||
+        (st = favor__same(w, on, "heads", o->heads, "q", q->heads)) != FAVOR_OK ||
+        (st = favor__same(w, on, "rows", o->rows, "q", q->rows)) != FAVOR_OK ||
+        (st = favor__same(w, on, "cols", o->cols, "v", v->cols)) != FAVOR_OK ||
+        (st = favor__same(w, "k", "batch", favor__nbatch(k), "q", b)) != FAVOR_OK ||
+        (st = favor__same(w, "v", "batch", favor__nbatch(v), "q", b)) != FAVOR_OK ||
+        (st = favor__same(w, on, "batch", favor__nbatch(o), "q", b)) != FAVOR_OK)
+        return st;
+    if (q->heads % k->heads)
+        return favor__no(w, FAVOR_E_SHAPE, "q: heads %z is not a multiple of k's heads %z",
+                         q->heads, k->heads);
+    return FAVOR_OK;
+}
+
+static favor_status favor__check_qkvo(const favor_tensor *q, const favor_tensor *k,
+                                      const favor_tensor *v, const favor_tensor *o,
+                                      favor__shape *sh, const favor__why *w)
+{
+    favor_status st;
+    if (!q || !k || !v || !o)
+        return favor__no(w, FAVOR_E_NULL, "%s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : "out");
+    if ((st = favor__check_tensor(q, "q", w, &sh->q)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(k, "k", w, &sh->k)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(v, "v", w, &sh->v)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(o, "out", w, &sh->o)) != FAVOR_OK) return st;
+    if ((st = favor__check_shapes(q, k, v, o, "out", w)) != FAVOR_OK) return st;
     if (favor__overlap(sh->o, sh->q) || favor__overlap(sh->o, sh->k) ||
         favor__overlap(sh->o, sh->v))
-        return FAVOR_E_ALIAS;
+        return favor__no(w, FAVOR_E_ALIAS, "out overlaps %s",
+                         favor__overlap(sh->o, sh->q) ? "q" : favor__overlap(sh->o, sh->k) ? "k" : "v");
     sh->nother = 0;
     sh->ngrad = 0;
     sh->hq = favor__nheads(q);
@@ -1991,44 +2110,55 @@ static favor_status favor__check_backward(const favor_tensor *q, const favor_ten
                                           const favor_tensor *v, const favor_tensor *out,
                                           const favor_tensor *dout, const favor_tensor *dq,
                                           const favor_tensor *dk, const favor_tensor *dv,
-                                          int with_out, favor__shape *sh)
+                                          int with_out, favor__shape *sh, const favor__why *w)
 {
+    static const char *const gname[3] = { "dq", "dk", "dv" }, *const lname[3] = { "q", "k", "v" };
     const favor_tensor *g[3], *like[3];
     favor__range r;
     favor_status st;
     int i, j;
     g[0] = dq; g[1] = dk; g[2] = dv;
     like[0] = q; like[1] = k; like[2] = v;
-    if (!q || !k || !v || !dout || !dq || !dk || !dv || (with_out && !out)) return FAVOR_E_NULL;
-    if ((st = favor__check_tensor(q, &sh->q)) != FAVOR_OK) return st;
-    if ((st = favor__check_tensor(k, &sh->k)) != FAVOR_OK) return st;
-    if ((st = favor__check_tensor(v, &sh->v)) != FAVOR_OK) return st;
+    if (!q || !k || !v || !dout || !dq || !dk || !dv || (with_out && !out))
+        return favor__no(w, FAVOR_E_NULL, "%s is NULL",
+                         !q ? "q" : !k ? "k" : !v ? "v" : !dout ? "dout" : !dq ? "dq" : !dk ? "dk"
+                                                            : !dv ? "dv" : "out");
+    if ((st = favor__check_tensor(q, "q", w, &sh->q)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(k, "k", w, &sh->k)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(v, "v", w, &sh->v)) != FAVOR_OK) return st;
     sh->nother = 0;
     sh->ngrad = 0;
-    if ((st = favor__check_tensor(dout, &r)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(dout, "dout", w, &r)) != FAVOR_OK) return st;
     sh->other[sh->nother++] = r;
     if (with_out) {
-        if ((st = favor__check_tensor(out, &r)) != FAVOR_OK) return st;
-        if (out->heads != dout->heads || out->rows != dout->rows || out->cols != dout->cols ||
-            favor__nbatch(out) != favor__nbatch(dout))
-            return FAVOR_E_SHAPE;
+        if ((st = favor__check_tensor(out, "out", w, &r)) != FAVOR_OK) return st;
+        if ((st = favor__same(w, "out", "heads", out->heads, "dout", dout->heads)) != FAVOR_OK ||
+            (st = favor__same(w, "out", "rows", out->rows, "dout", dout->rows)) != FAVOR_OK ||
+            (st = favor__same(w, "out", "cols", out->cols, "dout", dout->cols)) != FAVOR_OK ||
+            (st = favor__same(w, "out", "batch", favor__nbatch(out), "dout",
+                              favor__nbatch(dout))) != FAVOR_OK)
+            return st;
         sh->other[sh->nother++] = r;
     }
-    if (k->cols != q->cols || v->rows != k->rows || v->heads != k->heads ||
-        q->heads % k->heads != 0 || dout->heads != q->heads || dout->rows != q->rows ||
-        dout->cols != v->cols || favor__nbatch(k) != favor__nbatch(q) ||
-        favor__nbatch(v) != favor__nbatch(q) || favor__nbatch(dout) != favor__nbatch(q))
-        return FAVOR_E_SHAPE;
+    if ((st = favor__check_shapes(q, k, v, dout, "dout", w)) != FAVOR_OK) return st;
     for (i = 0; i < 3; ++i) {
-        if ((st = favor__check_tensor(g[i], &sh->grad[i])) != FAVOR_OK) return st;
-        if (g[i]->heads != like[i]->heads || g[i]->rows != like[i]->rows ||
-            g[i]->cols != like[i]->cols || favor__nbatch(g[i]) != favor__nbatch(q))
-            return FAVOR_E_SHAPE;
+        if ((st = favor__check_tensor(g[i], gname[i], w, &sh->grad[i])) != FAVOR_OK) return st;
+        if ((st = favor__same(w, gname[i], "heads", g[i]->heads, lname[i], like[i]->heads)) !=
+                FAVOR_OK ||
+            (st = favor__same(w, gname[i], "rows", g[i]->rows, lname[i], like[i]->rows)) !=
+                FAVOR_OK ||
+            (st = favor__same(w, gname[i], "cols", g[i]->cols, lname[i], like[i]->cols)) !=
+                FAVOR_OK ||
+            (st = favor__same(w, gname[i], "batch", favor__nbatch(g[i]), lname[i],
+                              favor__nbatch(like[i]))) != FAVOR_OK)
+            return st;
     }
     for (i = 0; i < 3; ++i) {
-        if (favor__overlaps_any(sh, sh->grad[i], 0)) return FAVOR_E_ALIAS;
+        if (favor__overlaps_any(sh, sh->grad[i], 0))
+            return favor__no(w, FAVOR_E_ALIAS, "%s overlaps an input of the call", gname[i]);
         for (j = 0; j < i; ++j)
-            if (favor__overlap(sh->grad[i], sh->grad[j])) return FAVOR_E_ALIAS;
+            if (favor__overlap(sh->grad[i], sh->grad[j]))
+                return favor__no(w, FAVOR_E_ALIAS, "%s overlaps %s", gname[i], gname[j]);
     }
     sh->ngrad = 3;
     sh->o = favor__range_of(NULL, 0);
@@ -2048,12 +2178,15 @@ static favor_status favor__check_lse(const favor_options *opts, favor__shape *sh
 {
     size_t cnt, bytes;
     favor__range r;
+    favor__why w = favor__why_of(opts);
     if (!opts || !opts->lse) return FAVOR_OK;
     if (!favor__mul_ok(sh->hq, sh->n, &cnt) || !favor__mul_ok(cnt, sizeof(float), &bytes) ||
         (uintptr_t)opts->lse > UINTPTR_MAX - bytes)
-        return FAVOR_E_OVERFLOW;
+        return favor__no(&w, FAVOR_E_OVERFLOW, "opts.lse: %z heads x %z rows pass the end of "
+                                               "the address space", sh->hq, sh->n);
     r = favor__range_of(opts->lse, bytes);
-    if (favor__overlaps_any(sh, r, 1)) return FAVOR_E_ALIAS;
+    if (favor__overlaps_any(sh, r, 1))
+        return favor__no(&w, FAVOR_E_ALIAS, "opts.lse overlaps a tensor of the call");
     sh->other[sh->nother++] = r;
     return FAVOR_OK;
 }
@@ -2082,26 +2215,40 @@ static favor_status favor__ws_get(const favor_options *o, size_t floats, const f
                                   float **ws, void **owned)
 {
     size_t bytes = favor__ws_bytes(floats);
+    favor__why w = favor__why_of(o);
     *owned = NULL;
     *ws = NULL;
-    if (!bytes) return FAVOR_E_OVERFLOW;
+    if (!bytes) return favor__no(&w, FAVOR_E_OVERFLOW, "the workspace size overflows size_t");
     if (o && o->workspace) {
         favor__range r;
-        if (o->workspace_size < bytes) return FAVOR_E_WORKSPACE;
-        if ((uintptr_t)o->workspace > UINTPTR_MAX - bytes) return FAVOR_E_OVERFLOW;
+        if (o->workspace_size < bytes)
+            return favor__no(&w, FAVOR_E_WORKSPACE, "opts.workspace: %z bytes, the call needs %z",
+                             o->workspace_size, bytes);
+        if ((uintptr_t)o->workspace > UINTPTR_MAX - bytes)
+            return favor__no(&w, FAVOR_E_OVERFLOW,
+                             "opts.workspace: %z bytes pass the end of the address space", bytes);
         r = favor__range_of(o->workspace, bytes);
-        if (sh && favor__overlaps_any(sh, r, 1)) return FAVOR_E_ALIAS;
+        if (sh && favor__overlaps_any(sh, r, 1))
+            return favor__no(&w, FAVOR_E_ALIAS, "opts.workspace overlaps a tensor of the call");
         *ws = favor__align(o->workspace);
         return FAVOR_OK;
     }
 #ifdef FAVOR_NO_MALLOC
-    return FAVOR_E_WORKSPACE;
+    return favor__no(&w, FAVOR_E_WORKSPACE,
+                     "no opts.workspace (%z bytes), and FAVOR_NO_MALLOC allocates nothing", bytes);
 #else
     *owned = FAVOR_MALLOC(bytes);
-    if (!*owned) return FAVOR_E_NOMEM;
+    if (!*owned) return favor__no(&w, FAVOR_E_NOMEM, "FAVOR_MALLOC(%z) returned NULL", bytes);
     *ws = favor__align(*owned);
     return FAVOR_OK;
 #endif
+}
+
+/* FAVOR_E_OVERFLOW for a workspace whose size does not fit */
+static favor_status favor__too_big(const favor_options *o)
+{
+    favor__why w = favor__why_of(o);
+    return favor__no(&w, FAVOR_E_OVERFLOW, "the workspace size overflows size_t");
 }
 
 static void favor__ws_put(void *owned)
@@ -2303,6 +2450,8 @@ FAVOR_API favor_options favor_default_options(void)
     o.workspace = NULL;
     o.workspace_size = 0;
     o.lse = NULL;
+    o.error = NULL;
+    o.error_size = 0;
     return o;
 }
 
@@ -2362,7 +2511,7 @@ FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kerne
 
 FAVOR_API favor_status favor_features_redraw(favor_features *f, unsigned long long seed)
 {
-    favor_status st = favor__check_features(f);
+    favor_status st = favor__check_features(f, NULL);
     if (st != FAVOR_OK) return st;
     f->seed = seed;
     if (f->kernel != FAVOR_ELU1) favor__features_fill(f);
@@ -2371,7 +2520,7 @@ FAVOR_API favor_status favor_features_redraw(favor_features *f, unsigned long lo
 
 FAVOR_API size_t favor_features_width(const favor_features *f)
 {
-    if (favor__check_features(f) != FAVOR_OK) return 0;
+    if (favor__check_features(f, NULL) != FAVOR_OK) return 0;
     return favor__width(f->kernel, f->dim, f->count);
 }
 
@@ -2433,9 +2582,9 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
     float stack[FAVOR__FMAP_STACK], *buf = stack;
     void *owned = NULL;
     if (!f || !x || !phi) return FAVOR_E_NULL;
-    if ((st = favor__check_features(f)) != FAVOR_OK) return st;
-    if ((st = favor__check_tensor(x, &rx)) != FAVOR_OK) return st;
-    if ((st = favor__check_tensor(phi, &rp)) != FAVOR_OK) return st;
+    if ((st = favor__check_features(f, NULL)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(x, "x", NULL, &rx)) != FAVOR_OK) return st;
+    if ((st = favor__check_tensor(phi, "phi", NULL, &rp)) != FAVOR_OK) return st;
     if (role != FAVOR_QUERY && role != FAVOR_KEY && role != FAVOR_PLAIN) return FAVOR_E_ARG;
     favor__map_make(&mp, f, f->scale);
     if (x->cols != f->dim || phi->cols != mp.width || x->heads != phi->heads ||
@@ -2800,26 +2949,40 @@ static int favor__decode_plan(favor__dec *x, const favor_tensor *q, const favor_
     return x->n <= FAVOR__DEC_ROWS;
 }
 
+/* The arguments of a workspace query: 1 when they are valid (f only when
+ * with_f: a linear call's, whose k has f's dim); 0, with the reason in
+ * opts->error, when not. */
+static int favor__query_ok(const favor_features *f, int with_f, const favor_tensor *q,
+                           const favor_tensor *k, const favor_tensor *v, const favor_options *opts)
+{
+    favor__why w = favor__why_of(opts);
+    favor__range r;
+    if ((with_f && favor__check_features(f, &w) != FAVOR_OK) ||
+        favor__check_options(opts) != FAVOR_OK ||
+        favor__check_tensor(q, "q", &w, &r) != FAVOR_OK ||
+        favor__check_tensor(k, "k", &w, &r) != FAVOR_OK ||
+        favor__check_tensor(v, "v", &w, &r) != FAVOR_OK)
+        return 0;
+    if (q->heads % k->heads) {
+        favor__no(&w, FAVOR_E_SHAPE, "q: heads %z is not a multiple of k's heads %z", q->heads,
+                  k->heads);
+        return 0;
+    }
+    return !with_f || favor__same(&w, "k", "cols", k->cols, "f", f->dim) == FAVOR_OK;
+}
+
 FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const favor_tensor *k,
                                                    const favor_tensor *v,
                                                    const favor_options *opts)
 {
-    favor__range r;
     favor__dec x;
     size_t floats, slice, at;
-    if (favor__check_options(opts) != FAVOR_OK || !q || favor__check_tensor(q, &r) != FAVOR_OK)
-        return 0;
+    if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
     if (q->rows <= FAVOR__DEC_ROWS) { /* the decode path: the partials grow with n_k */
-        if (!k || !v || favor__check_tensor(k, &r) != FAVOR_OK ||
-            favor__check_tensor(v, &r) != FAVOR_OK || q->heads % k->heads)
-            return 0;
         favor__decode_plan(&x, q, k, v, opts);
         return favor__ws_bytes(
             favor__decode_floats(&x, favor__nheads(k), favor__nthreads(opts), &slice, &at));
     }
-    if (!k || !v || favor__check_tensor(k, &r) != FAVOR_OK ||
-        favor__check_tensor(v, &r) != FAVOR_OK)
-        return 0;
     floats = favor__softmax_floats(q, k, v);
     return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
 }
@@ -2835,14 +2998,16 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     void *owned;
     long it, items;
     size_t floats, nt, slice, blocks;
-    if ((st = favor__check_qkvo(q, k, v, out, &sh)) != FAVOR_OK) return st;
+    favor__why w = favor__why_of(opts);
+    if ((st = favor__check_qkvo(q, k, v, out, &sh, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
     s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
     if (favor__decode_plan(&x, q, k, v, opts)) {
         size_t at;
-        if (!(floats = favor__decode_floats(&x, sh.hkv, nt, &slice, &at))) return FAVOR_E_OVERFLOW;
+        if (!(floats = favor__decode_floats(&x, sh.hkv, nt, &slice, &at)))
+            return favor__too_big(opts);
         if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
         x.o = out;
         x.lse = opts ? opts->lse : NULL;
@@ -2870,7 +3035,7 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
         return FAVOR_OK;
     }
     if (!(floats = favor__slices(favor__softmax_floats(q, k, v), nt, &slice)))
-        return FAVOR_E_OVERFLOW;
+        return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     x.o = out;
     x.lse = opts ? opts->lse : NULL;
@@ -3169,15 +3334,17 @@ static favor_status favor__check_linear(const favor_features *f, const favor_ten
                                         favor__shape *sh)
 {
     favor_status st;
-    if (!f) return FAVOR_E_NULL;
-    if ((st = favor__check_qkvo(q, k, v, out, sh)) != FAVOR_OK) return st;
-    if ((st = favor__check_features(f)) != FAVOR_OK) return st;
+    favor__why w = favor__why_of(opts);
+    if (!f) return favor__no(&w, FAVOR_E_NULL, "f is NULL");
+    if ((st = favor__check_qkvo(q, k, v, out, sh, &w)) != FAVOR_OK) return st;
+    if ((st = favor__check_features(f, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
-    if (sh->d != f->dim) return FAVOR_E_SHAPE;
+    if ((st = favor__same(&w, "q", "cols", sh->d, "f", f->dim)) != FAVOR_OK) return st;
     if (f->w) {
         sh->other[sh->nother++] = favor__range_of(f->w, f->count * f->dim * sizeof(float));
         sh->other[sh->nother++] = favor__range_of(f->wt, f->count * f->dim * sizeof(float));
-        if (favor__overlaps_any(sh, sh->o, 0)) return FAVOR_E_ALIAS;
+        if (favor__overlaps_any(sh, sh->o, 0))
+            return favor__no(&w, FAVOR_E_ALIAS, "out overlaps f's w or wt");
     }
     return FAVOR_OK;
 }
@@ -3235,13 +3402,8 @@ FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
                                                   const favor_tensor *v,
                                                   const favor_options *opts)
 {
-    favor__range r;
     size_t slice, at;
-    if (favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK || !q ||
-        !k || !v || favor__check_tensor(q, &r) != FAVOR_OK ||
-        favor__check_tensor(k, &r) != FAVOR_OK || favor__check_tensor(v, &r) != FAVOR_OK ||
-        k->cols != f->dim)
-        return 0;
+    if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
     return favor__ws_bytes(favor__slices(favor__linear_call_floats(f, q, k, v, 1, &at),
                                          favor__nthreads(opts), &slice));
 }
@@ -3325,7 +3487,7 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
     if ((st = favor__check_linear(f, q, k, v, out, opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
     if (!(floats = favor__slices(favor__linear_call_floats(f, q, k, v, 1, &io), nt, &slice)))
-        return FAVOR_E_OVERFLOW;
+        return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
     causal = opts && (opts->flags & FAVOR_CAUSAL);
@@ -3441,7 +3603,7 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv)
 {
     size_t w, n, t;
-    if (favor__check_features(f) != FAVOR_OK || !heads || !dv) return 0;
+    if (favor__check_features(f, NULL) != FAVOR_OK || !heads || !dv) return 0;
     w = favor__width(f->kernel, f->dim, f->count);
     if (!favor__mul_ok(w, dv + 1, &n) || !favor__mul_ok(n, 2, &n) || !favor__add_ok(n, 1, &n) ||
         !favor__add_ok(w, dv + 1, &t) || !favor__mul_ok(t, FAVOR__PEND, &t) ||
@@ -3473,7 +3635,7 @@ FAVOR_API favor_status favor_state_init(favor_state *st, const favor_features *f
     favor_status s;
     size_t w;
     if (!st || !f) return FAVOR_E_NULL;
-    if ((s = favor__check_features(f)) != FAVOR_OK) return s;
+    if ((s = favor__check_features(f, NULL)) != FAVOR_OK) return s;
     if (!heads || !dv) return FAVOR_E_SHAPE;
     if (!favor_state_floats(f, heads, dv)) return FAVOR_E_OVERFLOW;
     if (!storage) return FAVOR_E_NULL;
@@ -3501,18 +3663,23 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
     favor_status s;
     favor__range rs;
     size_t floats;
-    if (!st) return FAVOR_E_NULL;
+    favor__why w = favor__why_of(opts);
+    if (!st) return favor__no(&w, FAVOR_E_NULL, "st is NULL");
     if ((s = favor__check_linear(f, q, k, v, out, opts, sh)) != FAVOR_OK) return s;
-    if (!st->s || !st->z || !st->c || !st->scratch || !st->comp || !st->pend) return FAVOR_E_NULL;
+    if (!st->s || !st->z || !st->c || !st->scratch || !st->comp || !st->pend)
+        return favor__no(&w, FAVOR_E_NULL, "st is not bound to storage (favor_state_init)");
     if (st->kernel != f->kernel || st->dim != f->dim ||
-        st->width != favor__width(f->kernel, f->dim, f->count) || sh->nk != sh->n ||
-        sh->hkv != st->heads || sh->dv != st->dv)
-        return FAVOR_E_SHAPE;
-    if (opts && (opts->flags & ~FAVOR_CAUSAL)) return FAVOR_E_ARG;
+        st->width != favor__width(f->kernel, f->dim, f->count))
+        return favor__no(&w, FAVOR_E_SHAPE, "st was made for other features than f");
+    if ((s = favor__same(&w, "k", "rows", sh->nk, "q", sh->n)) != FAVOR_OK ||
+        (s = favor__same(&w, "k", "batch x heads", sh->hkv, "st", st->heads)) != FAVOR_OK ||
+        (s = favor__same(&w, "v", "cols", sh->dv, "st", st->dv)) != FAVOR_OK)
+        return s;
     floats = favor_state_floats(f, st->heads, st->dv);
-    if (!floats) return FAVOR_E_OVERFLOW;
+    if (!floats) return favor__no(&w, FAVOR_E_OVERFLOW, "st: its size overflows size_t");
     rs = favor__range_of(st->s, floats * sizeof(float));
-    if (favor__overlaps_any(sh, rs, 1)) return FAVOR_E_ALIAS;
+    if (favor__overlaps_any(sh, rs, 1))
+        return favor__no(&w, FAVOR_E_ALIAS, "st's storage overlaps a tensor of the call");
     sh->other[sh->nother++] = rs;
     return FAVOR_OK;
 }
@@ -3546,12 +3713,14 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const fa
                                                const favor_tensor *v,
                                                const favor_options *opts)
 {
-    favor__range r;
     size_t slice, at;
-    if (!st || favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK ||
-        !q || !k || !v || favor__check_tensor(q, &r) != FAVOR_OK ||
-        favor__check_tensor(k, &r) != FAVOR_OK || favor__check_tensor(v, &r) != FAVOR_OK ||
-        k->cols != f->dim || v->cols != st->dv)
+    favor__why w = favor__why_of(opts);
+    if (!st) {
+        favor__no(&w, FAVOR_E_NULL, "st is NULL");
+        return 0;
+    }
+    if (!favor__query_ok(f, 1, q, k, v, opts) ||
+        favor__same(&w, "v", "cols", v->cols, "st", st->dv) != FAVOR_OK)
         return 0;
     return favor__ws_bytes(favor__slices(favor__linear_call_floats(f, q, k, v, 0, &at),
                                          favor__nthreads(opts), &slice));
@@ -3572,7 +3741,7 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
     if ((s = favor__check_extend(f, st, q, k, v, out, opts, &sh)) != FAVOR_OK) return s;
     nt = favor__nthreads(opts);
     if (!(floats = favor__slices(favor__linear_call_floats(f, q, k, v, 0, &io), nt, &slice)))
-        return FAVOR_E_OVERFLOW;
+        return favor__too_big(opts);
     if ((s = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return s;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
 #ifdef _OPENMP
@@ -3804,12 +3973,8 @@ FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *
                                                             const favor_tensor *v,
                                                             const favor_options *opts)
 {
-    favor__range r;
     size_t slice;
-    if (favor__check_options(opts) != FAVOR_OK || !q || !k || !v ||
-        favor__check_tensor(q, &r) != FAVOR_OK || favor__check_tensor(k, &r) != FAVOR_OK ||
-        favor__check_tensor(v, &r) != FAVOR_OK || q->heads % k->heads)
-        return 0;
+    if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
     return favor__ws_bytes(favor__slices(
         favor__softmax_bwd_call_floats(q, k, v, q, q, q, k, v, favor__any16(q, k, v)),
         favor__nthreads(opts), &slice));
@@ -3866,14 +4031,15 @@ FAVOR_API favor_status favor_softmax_attention_backward(
     void *owned;
     long g;
     size_t floats, nt, slice;
-    if ((st = favor__check_backward(q, k, v, out, dout, dq, dk, dv, 1, &sh)) != FAVOR_OK)
+    favor__why w = favor__why_of(opts);
+    if ((st = favor__check_backward(q, k, v, out, dout, dq, dk, dv, 1, &sh, &w)) != FAVOR_OK)
         return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
     if (!(floats = favor__softmax_bwd_call_floats(q, k, v, out, dout, dq, dk, dv, 0)) ||
         !(floats = favor__slices(floats, nt, &slice)))
-        return FAVOR_E_OVERFLOW;
+        return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
@@ -4381,13 +4547,8 @@ FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features 
                                                            const favor_tensor *v,
                                                            const favor_options *opts)
 {
-    favor__range r;
     size_t slice, floats;
-    if (favor__check_features(f) != FAVOR_OK || favor__check_options(opts) != FAVOR_OK || !q ||
-        !k || !v || favor__check_tensor(q, &r) != FAVOR_OK ||
-        favor__check_tensor(k, &r) != FAVOR_OK || favor__check_tensor(v, &r) != FAVOR_OK ||
-        q->heads % k->heads != 0)
-        return 0;
+    if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
     floats = favor__linear_bwd_call_floats(f, q, k, v, q, q, k, v,
                                            opts && (opts->flags & FAVOR_CAUSAL),
                                            favor__any16(q, k, v));
@@ -4407,18 +4568,21 @@ FAVOR_API favor_status favor_linear_attention_backward(
     int causal, in_ws;
     long g;
     size_t floats, nt, slice, grp, kern;
-    if (!f) return FAVOR_E_NULL;
-    if ((st = favor__check_backward(q, k, v, NULL, dout, dq, dk, dv, 0, &sh)) != FAVOR_OK)
+    favor__why w = favor__why_of(opts);
+    if (!f) return favor__no(&w, FAVOR_E_NULL, "f is NULL");
+    if ((st = favor__check_backward(q, k, v, NULL, dout, dq, dk, dv, 0, &sh, &w)) != FAVOR_OK)
         return st;
-    if ((st = favor__check_features(f)) != FAVOR_OK) return st;
+    if ((st = favor__check_features(f, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
-    if (sh.d != f->dim) return FAVOR_E_SHAPE;
+    if ((st = favor__same(&w, "q", "cols", sh.d, "f", f->dim)) != FAVOR_OK) return st;
     if (f->w) {
         int i;
         sh.other[sh.nother++] = favor__range_of(f->w, f->count * f->dim * sizeof(float));
         sh.other[sh.nother++] = favor__range_of(f->wt, f->count * f->dim * sizeof(float));
         for (i = 0; i < 3; ++i)
-            if (favor__overlaps_any(&sh, sh.grad[i], 0)) return FAVOR_E_ALIAS;
+            if (favor__overlaps_any(&sh, sh.grad[i], 0))
+                return favor__no(&w, FAVOR_E_ALIAS, "%s overlaps f's w or wt",
+                                 i == 0 ? "dq" : i == 1 ? "dk" : "dv");
     }
     causal = opts && (opts->flags & FAVOR_CAUSAL);
     grp = sh.hq / sh.hkv;
@@ -4427,7 +4591,7 @@ FAVOR_API favor_status favor_linear_attention_backward(
     kern = favor__linear_bwd_floats(f, grp, sh.d, sh.dv, sh.n, causal);
     if (!(floats = favor__linear_bwd_call_floats(f, q, k, v, dout, dq, dk, dv, causal, 0)) ||
         !(floats = favor__slices(floats, nt, &slice)))
-        return FAVOR_E_OVERFLOW;
+        return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
 #ifdef _OPENMP

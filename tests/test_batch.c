@@ -584,112 +584,113 @@ static void test_batched_f16(void **state)
 
 /* ---- validation ------------------------------------------------------------- */
 
-/* a refused softmax call writes nothing: out and lse keep their bytes */
-static void expect_refused(favor_tensor *t, favor_status want, const char *what)
+enum { VB = 2, VH = 2, VT = 8, VD = 4, VN = VB * VH * VT * VD };
+static float vq[VN], vk[VN], vv[VN], vo[VN], vbig[4 * VN];
+
+/* a refused softmax call writes nothing (out's buffers and lse keep their
+ * bytes) and names the argument in opts->error */
+static void expect_refused(favor_tensor *t, favor_status want, const char *text)
 {
-    float lse[2 * 2 * 8 * 2];
+    static float so[VN], sbig[4 * VN];
+    float lse[3 * VH * VT];
+    char buf[200];
     favor_options o = favor_default_options();
-    size_t i, len = t[TO].batch > 1 ? t[TO].batch * t[TO].batch_stride : 0;
-    unsigned char before[4096];
+    size_t i;
     favor_status st;
     for (i = 0; i < sizeof lse / sizeof lse[0]; ++i) lse[i] = 7.0f;
     o.lse = lse;
-    if (len == 0) len = t[TO].heads * t[TO].head_stride;
-    if (len * 4 > sizeof before) len = sizeof before / 4;
-    memcpy(before, t[TO].data, len * 4);
+    o.error = buf;
+    o.error_size = sizeof buf;
+    memcpy(so, vo, sizeof so);
+    memcpy(sbig, vbig, sizeof sbig);
     st = favor_softmax_attention(&t[TQ], &t[TK], &t[TV], &t[TO], &o);
-    if (st != want) {
-        print_error("%s: %s, expected %s\n", what, favor_status_string(st),
-                    favor_status_string(want));
+    if (st != want || strcmp(buf, text) != 0) {
+        print_error("got %s \"%s\", expected %s \"%s\"\n", favor_status_string(st),
+                    st == FAVOR_OK ? "" : buf, favor_status_string(want), text);
         fail();
     }
-    assert_memory_equal(before, t[TO].data, len * 4);
+    assert_memory_equal(so, vo, sizeof so);
+    assert_memory_equal(sbig, vbig, sizeof sbig);
     for (i = 0; i < sizeof lse / sizeof lse[0]; ++i) assert_true(lse[i] == 7.0f);
 }
 
 static void test_batch_validation(void **state)
 {
-    enum { B = 2, H = 2, T = 8, D = 4 };
-    static float q[B * H * T * D], k[B * H * T * D], v[B * H * T * D], o[B * H * T * D];
-    static float big[4 * B * H * T * D];
     favor_tensor t[NT], u[NT];
+    char text[200];
     tu_rng rng;
     size_t i;
     (void)state;
     rng.s = 1505;
-    for (i = 0; i < B * H * T * D; ++i) {
-        q[i] = (float)tu_normal(&rng);
-        k[i] = (float)tu_normal(&rng);
-        v[i] = (float)tu_normal(&rng);
-        o[i] = -3.0f;
+    for (i = 0; i < VN; ++i) {
+        vq[i] = (float)tu_normal(&rng);
+        vk[i] = (float)tu_normal(&rng);
+        vv[i] = (float)tu_normal(&rng);
+        vo[i] = -3.0f;
     }
     memset(t, 0, sizeof t);
-    t[TQ] = favor_tensor_batched(FAVOR_F32, q, B, H, T, D);
-    t[TK] = favor_tensor_batched(FAVOR_F32, k, B, H, T, D);
-    t[TV] = favor_tensor_batched(FAVOR_F32, v, B, H, T, D);
-    t[TO] = favor_tensor_batched(FAVOR_F32, o, B, H, T, D);
+    t[TQ] = favor_tensor_batched(FAVOR_F32, vq, VB, VH, VT, VD);
+    t[TK] = favor_tensor_batched(FAVOR_F32, vk, VB, VH, VT, VD);
+    t[TV] = favor_tensor_batched(FAVOR_F32, vv, VB, VH, VT, VD);
+    t[TO] = favor_tensor_batched(FAVOR_F32, vo, VB, VH, VT, VD);
     /* batches that differ */
     memcpy(u, t, sizeof u);
     u[TK].batch = 1;
-    expect_refused(u, FAVOR_E_SHAPE, "k with one batch element");
+    expect_refused(u, FAVOR_E_SHAPE, "k: batch is 1, q's is 2");
     memcpy(u, t, sizeof u);
-    u[TO].batch = 3;
-    u[TO].heads = 1; /* same number of heads in all, other batch */
-    u[TO].rows = T;
-    expect_refused(u, FAVOR_E_SHAPE, "out with three batch elements");
+    u[TO].batch = 0;
+    expect_refused(u, FAVOR_E_SHAPE, "out: batch is 1, q's is 2");
+    memcpy(u, t, sizeof u);
+    u[TV].batch = 3;
+    u[TV].batch_stride = VH * VT * VD / 2; /* (valid for v alone: no element is read) */
+    u[TV].heads = 1;
+    u[TV].head_stride = 0;
+    u[TK].heads = 1;
+    expect_refused(u, FAVOR_E_SHAPE, "v: batch is 3, q's is 2");
     /* a batch above 1 with no stride: its elements would be one */
     memcpy(u, t, sizeof u);
     u[TV].batch_stride = 0;
-    expect_refused(u, FAVOR_E_SHAPE, "v with batch 2 and batch_stride 0");
-    /* batches that overlap: the stride is below one element's span */
+    snprintf(text, sizeof text, "v: batch_stride 0 is below cols %d", VD);
+    expect_refused(u, FAVOR_E_SHAPE, text);
+    /* batches that overlap: the stride misses one column of the element before */
     memcpy(u, t, sizeof u);
-    u[TQ].batch_stride = H * T * D - 1;
-    expect_refused(u, FAVOR_E_SHAPE, "q with overlapping batches");
-    /* heads inside a batch element's rows: the batch stride covers heads and rows */
+    u[TQ].batch_stride = VH * VT * VD - 1;
+    snprintf(text, sizeof text,
+             "q: batch_stride %d is below %d, the span of the head_stride axis under it (its "
+             "rows would overlap)", VH * VT * VD - 1, VH * VT * VD);
+    expect_refused(u, FAVOR_E_SHAPE, text);
+    /* a span past the address space, and batch x heads past SIZE_MAX */
     memcpy(u, t, sizeof u);
-    u[TQ].batch_stride = (H - 1) * T * D + (T - 1) * D + D - 1;
-    expect_refused(u, FAVOR_E_SHAPE, "q whose batch stride misses a column");
-    /* a span past the address space */
+    u[TK].batch_stride = SIZE_MAX - 10;
+    expect_refused(u, FAVOR_E_OVERFLOW, "k: the span of its batch_stride overflows size_t");
     memcpy(u, t, sizeof u);
-    u[TK].batch_stride = SIZE_MAX / 2;
-    expect_refused(u, FAVOR_E_OVERFLOW, "k with an overflowing batch stride");
+    u[TK].batch = SIZE_MAX / 2 + 2;
+    snprintf(text, sizeof text, "k: batch %lu x heads %d overflows size_t",
+             (unsigned long)(SIZE_MAX / 2 + 2), VH);
+    expect_refused(u, FAVOR_E_OVERFLOW, text);
+    /* out's first element inside q's second */
     memcpy(u, t, sizeof u);
-    u[TK].batch = SIZE_MAX / 2 + 2; /* batch x heads overflows */
-    expect_refused(u, FAVOR_E_OVERFLOW, "k with batch x heads past SIZE_MAX");
-    /* out's second element overlapping q's first (out in q's buffer, interleaved) */
-    memcpy(u, t, sizeof u);
-    memcpy(big, q, sizeof q);
-    u[TQ].data = big;
-    u[TO].data = big + B * H * T * D; /* disjoint: accepted below */
-    u[TO].batch_stride = H * T * D;
+    memcpy(vbig, vq, sizeof vq);
+    u[TQ].data = vbig;
+    u[TO].data = vbig + VH * VT * VD + 5;
+    expect_refused(u, FAVOR_E_ALIAS, "out overlaps q");
+    /* q and out as the two halves of each [2 H T D] block of one buffer: told
+     * apart batch element by batch element; one float further, refused */
     {
-        favor_tensor w[NT];
-        memcpy(w, u, sizeof w);
-        w[TO].data = big + H * T * D + 5; /* element 0 inside q's element 1 */
-        expect_refused(w, FAVOR_E_ALIAS, "out overlapping q's second batch element");
-        memcpy(w, u, sizeof w);
-        w[TO].data = big + 2 * B * H * T * D;
-        w[TO].batch_stride = 0 - (size_t)0; /* batch 2, stride 0 */
-        expect_refused(w, FAVOR_E_SHAPE, "out with stride 0");
-    }
-    /* interleaved batches of two outputs are told apart by residue: q and out
-     * as the two halves of each [2 H T D] block of one buffer */
-    {
-        favor_tensor w[NT];
-        size_t bs = 2 * H * T * D;
-        memcpy(w, t, sizeof w);
-        for (i = 0; i < B; ++i) memcpy(big + i * bs, q + i * H * T * D, sizeof q / B);
-        w[TQ].data = big;
-        w[TQ].batch_stride = bs;
-        w[TO].data = big + H * T * D;
-        w[TO].batch_stride = bs;
-        assert_int_equal(favor_softmax_attention(&w[TQ], &w[TK], &w[TV], &w[TO], NULL), FAVOR_OK);
-        w[TO].data = big + H * T * D - 1; /* one float into q's block */
-        expect_refused(w, FAVOR_E_ALIAS, "out one float into q's interleaved block");
+        size_t bs = 2 * VH * VT * VD;
+        memcpy(u, t, sizeof u);
+        for (i = 0; i < VB; ++i) memcpy(vbig + i * bs, vq + i * VH * VT * VD, sizeof vq / VB);
+        u[TQ].data = vbig;
+        u[TQ].batch_stride = bs;
+        u[TO].data = vbig + VH * VT * VD;
+        u[TO].batch_stride = bs;
+        assert_int_equal(favor_softmax_attention(&u[TQ], &u[TK], &u[TV], &u[TO], NULL), FAVOR_OK);
+        u[TO].data = vbig + VH * VT * VD - 1;
+        expect_refused(u, FAVOR_E_ALIAS, "out overlaps q");
     }
     /* batch 0 and 1 are the unbatched view, whatever the stride */
     {
-        static float o1[H * T * D], o2[H * T * D];
+        static float o1[VH * VT * VD], o2[VH * VT * VD];
         favor_tensor a[NT];
         memcpy(a, t, sizeof a);
         for (i = 0; i < NT; ++i) {
@@ -706,7 +707,7 @@ static void test_batch_validation(void **state)
         assert_int_equal(favor_softmax_attention(&a[TQ], &a[TK], &a[TV], &a[TO], NULL), FAVOR_OK);
         assert_memory_equal(o1, o2, sizeof o1);
         assert_int_equal(favor_softmax_attention(&t[TQ], &t[TK], &t[TV], &t[TO], NULL), FAVOR_OK);
-        assert_memory_equal(o1, o, sizeof o1); /* batch element 0 of the batched call */
+        assert_memory_equal(o1, vo, sizeof o1); /* batch element 0 of the batched call */
     }
 }
 

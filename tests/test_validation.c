@@ -1081,6 +1081,119 @@ static void test_status_string(void **state)
     assert_non_null(favor_backend());
 }
 
+
+/* opts->error: the refused argument and why, in one line; untouched on success */
+static void expect_text(favor_status got, favor_status want, const char *buf, const char *text)
+{
+    ++cases;
+    if (got != want || strcmp(buf, text) != 0) {
+        print_error("got %s \"%s\", expected %s \"%s\"\n", favor_status_string(got), buf,
+                    favor_status_string(want), text);
+        fail();
+    }
+    assert_null(strchr(buf, '\n'));
+}
+
+static void test_error_messages(void **state)
+{
+    char buf[160], want[160];
+    favor_options o = favor_default_options();
+    favor_tensor t, q2, dk, dv;
+    size_t need;
+    float *dbuf = arena + OFF_SPARE;
+    (void)state;
+    o.error = buf;
+    o.error_size = sizeof buf;
+    /* a stride below the row, named with its values */
+    t = Tk;
+    t.row_stride = D - 1;
+    memset(buf, 'Z', sizeof buf);
+    snprintf(want, sizeof want, "k: row_stride %d is below cols %d", D - 1, D);
+    expect_text(favor_softmax_attention(&Tq, &t, &Tv, &To, &o), FAVOR_E_SHAPE, buf, want);
+    /* heads overlapping rows */
+    t = Tq;
+    t.head_stride = N * D - 1;
+    snprintf(want, sizeof want,
+             "q: head_stride %d is below %d, the span of the row_stride axis under it (its rows "
+             "would overlap)", N * D - 1, N * D);
+    expect_text(favor_softmax_attention(&t, &Tk, &Tv, &To, &o), FAVOR_E_SHAPE, buf, want);
+    /* shapes that do not match */
+    t = Tv;
+    t.rows = NK - 1;
+    snprintf(want, sizeof want, "v: rows is %d, k's is %d", NK - 1, NK);
+    expect_text(favor_linear_attention(&F, &Tq, &Tk, &t, &To, &o), FAVOR_E_SHAPE, buf, want);
+    q2 = favor_tensor_packed(arena + OFF_Q, 3, N, D);
+    snprintf(want, sizeof want, "q: heads 3 is not a multiple of k's heads %d", HKV);
+    t = favor_tensor_packed(arena + OFF_O, 3, N, DV);
+    expect_text(favor_softmax_attention(&q2, &Tk, &Tv, &t, &o), FAVOR_E_SHAPE, buf, want);
+    t = Tk;
+    t.batch = 2;
+    t.batch_stride = HKV * NK * D;
+    expect_text(favor_softmax_attention(&Tq, &t, &Tv, &To, &o), FAVOR_E_SHAPE, buf,
+                "k: batch is 2, q's is 1");
+    t = Tq;
+    t.dtype = (favor_dtype)7;
+    expect_text(favor_softmax_attention(&t, &Tk, &Tv, &To, &o), FAVOR_E_ARG, buf,
+                "q: dtype 7 is not a favor_dtype");
+    expect_text(favor_softmax_attention(&Tq, NULL, &Tv, &To, &o), FAVOR_E_NULL, buf,
+                "k is NULL");
+    /* an output over an input; two gradients over each other */
+    t = favor_tensor_packed(arena + OFF_Q, HQ, N, DV);
+    expect_text(favor_softmax_attention(&Tq, &Tk, &Tv, &t, &o), FAVOR_E_ALIAS, buf,
+                "out overlaps q");
+    dk = favor_tensor_packed(dbuf + 256, HKV, NK, D);
+    dv = favor_tensor_packed(dbuf + 256 + 8, HKV, NK, DV);
+    t = favor_tensor_packed(dbuf, HQ, N, D);
+    expect_text(favor_linear_attention_backward(&F, &Tq, &Tk, &Tv, &To, &t, &dk, &dv, &o),
+                FAVOR_E_ALIAS, buf, "dv overlaps dk");
+    /* options */
+    o.threads = -1;
+    expect_text(favor_softmax_attention(&Tq, &Tk, &Tv, &To, &o), FAVOR_E_ARG, buf,
+                "opts: threads is negative");
+    o.threads = 0;
+    /* a workspace too small, with the size the call needs */
+    need = favor_softmax_attention_workspace(&Tq, &Tk, &Tv, &o);
+    assert_true(need > 16);
+    o.workspace = dbuf + 1024;
+    o.workspace_size = 16;
+    snprintf(want, sizeof want, "opts.workspace: 16 bytes, the call needs %lu", (unsigned long)need);
+    expect_text(favor_softmax_attention(&Tq, &Tk, &Tv, &To, &o), FAVOR_E_WORKSPACE, buf, want);
+    o.workspace = NULL;
+    o.workspace_size = 0;
+    /* a workspace query that returns 0 says why too */
+    t = Tk;
+    t.cols = D + 1;
+    t.row_stride = D + 1;
+    t.head_stride = NK * (D + 1);
+    assert_int_equal(favor_linear_attention_workspace(&F, &Tq, &t, &Tv, &o), 0);
+    snprintf(want, sizeof want, "k: cols is %d, f's is %d", D + 1, D);
+    assert_string_equal(buf, want);
+    /* the state of an extend call */
+    t = favor_tensor_packed(arena + OFF_V, 2 * HKV, N, DV);
+    {
+        favor_tensor q4 = favor_tensor_packed(arena + OFF_Q, 2 * HQ, N, D);
+        favor_tensor k4 = favor_tensor_packed(arena + OFF_K, 2 * HKV, N, D);
+        favor_tensor o4 = favor_tensor_packed(dbuf, 2 * HQ, N, DV);
+        snprintf(want, sizeof want, "k: batch x heads is %d, st's is %d", 2 * HKV, HKV);
+        expect_text(favor_linear_extend(&F, &St, &q4, &k4, &t, &o4, &o), FAVOR_E_SHAPE, buf, want);
+    }
+    /* success: the text is left as it was */
+    memset(buf, 'Z', sizeof buf);
+    assert_int_equal(favor_softmax_attention(&Tq, &Tk, &Tv, &To, &o), FAVOR_OK);
+    for (need = 0; need < sizeof buf; ++need) assert_int_equal(buf[need], 'Z');
+    fill_sentinel(arena + OFF_O, HQ * N * DV);
+    /* cut to error_size with its NUL; error_size 0 writes nothing */
+    t = Tk;
+    t.row_stride = D - 1;
+    o.error_size = 6;
+    expect_text(favor_softmax_attention(&Tq, &t, &Tv, &To, &o), FAVOR_E_SHAPE, buf, "k: ro");
+    assert_int_equal(buf[6], 'Z');
+    memset(buf, 'Z', sizeof buf);
+    o.error_size = 0;
+    assert_int_equal(favor_softmax_attention(&Tq, &t, &Tv, &To, &o), FAVOR_E_SHAPE);
+    assert_int_equal(buf[0], 'Z');
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1098,6 +1211,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_workspace_overlaps_tensors, world_setup,
                                         world_teardown),
         cmocka_unit_test_setup_teardown(test_linear_out_on_w, world_setup, world_teardown),
+        cmocka_unit_test_setup_teardown(test_error_messages, world_setup, world_teardown),
         cmocka_unit_test_setup_teardown(test_extend_out_on_w, world_setup, world_teardown),
         cmocka_unit_test_setup_teardown(test_step_out_on_w, world_setup, world_teardown),
         cmocka_unit_test_setup_teardown(test_linear_workspace_on_w, world_setup,
