@@ -888,6 +888,8 @@ int main(int argc, char **argv)
     favor_options opt = favor_default_options();
     favor_tensor tq, tk, tv, to;
     favor_status st = FAVOR_OK;
+    char why[200]; /* the library's reason when a call is refused */
+    size_t batch;
     float *storage = NULL;
     void *out;
     void *workspace = NULL;
@@ -922,6 +924,7 @@ int main(int argc, char **argv)
     r = q.rank;
     hq = heads_of(&q);
     hkv = heads_of(&k);
+    batch = r == 4 ? q.shape[0] : 1; /* [batch, heads, n, d]: one batched call */
     n = q.shape[r - 2];
     d = q.shape[r - 1];
     nk = k.shape[r - 2];
@@ -973,10 +976,13 @@ int main(int argc, char **argv)
     times = malloc(c.repeat * sizeof *times);
     if (!out || !times) data_error("out of memory (output of %zu elements)", i);
     /* the inputs as read (or as --storage made them), the output as asked */
-    tq = favor_tensor_packed_as(q.dtype, q.data, hq, n, d);
-    tk = favor_tensor_packed_as(k.dtype, k.data, hkv, nk, d);
-    tv = favor_tensor_packed_as(v.dtype, v.data, hkv, nk, dv);
-    to = favor_tensor_packed_as(c.out_type, out, hq, n, dv);
+    tq = favor_tensor_batched(q.dtype, q.data, batch, hq / batch, n, d);
+    tk = favor_tensor_batched(k.dtype, k.data, batch, hkv / batch, nk, d);
+    tv = favor_tensor_batched(v.dtype, v.data, batch, hkv / batch, nk, dv);
+    to = favor_tensor_batched(c.out_type, out, batch, hq / batch, n, dv);
+    opt.error = why;
+    opt.error_size = sizeof why;
+    why[0] = '\0';
     opt.flags = c.causal ? FAVOR_CAUSAL : 0u;
     opt.scale = (float)c.scale;
     opt.threads = c.threads;
@@ -996,8 +1002,8 @@ int main(int argc, char **argv)
         times[rep] = now_ms() - t0;
     }
     if (st != FAVOR_OK)
-        data_error("favor_%s_attention: %s", c.method == M_SOFTMAX ? "softmax" : "linear",
-                   favor_status_string(st));
+        data_error("favor_%s_attention: %s%s%s", c.method == M_SOFTMAX ? "softmax" : "linear",
+                   favor_status_string(st), why[0] ? ": " : "", why);
 
     write_npy(&dest, out, c.out_type, oshape, r, c.out_itemsize);
     finish_output(&dest);
