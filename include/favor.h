@@ -197,6 +197,12 @@
  *          field by field without zeroing it must set dtype. Strides are in
  *          elements. favor_tensor_packed_as and favor_dtype_size are new. The
  *          linear and extend workspace queries now validate q and k too.
+ *          Batches: favor_tensor gains `batch` and `batch_stride` (after dtype;
+ *          0 = one element), favor_tensor_batched is new; a favor_tensor filled
+ *          field by field without zeroing must set batch to 0 or 1.
+ *          favor_options gains `error` and `error_size` (after lse), the text
+ *          of a refused call; favor_default_options sets them to NULL and 0.
+ *          The workspace queries check q's heads against k's for every path.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -221,6 +227,9 @@
  *   FAVOR_NO_MALLOC        never allocate: a call without workspace that needs
  *                          one returns FAVOR_E_WORKSPACE.
  *   FAVOR_ASSERT(x)        internal consistency checks (default: nothing).
+ *   FAVOR_NO_ERROR_TEXT    leave the texts of opts->error out of the build (a
+ *                          few KB of strings on a microcontroller): a refused
+ *                          call then writes nothing there.
  * ------------------------------------------------------------------------- */
 #include <stddef.h>
 
@@ -1822,6 +1831,9 @@ static favor__why favor__why_of(const favor_options *o)
     return w;
 }
 
+#ifdef FAVOR_NO_ERROR_TEXT
+#define favor__no(w, st, ...) ((void)(w), (st))
+#else
 static favor_status favor__no(const favor__why *w, favor_status st, const char *fmt, ...)
 {
     va_list ap;
@@ -1850,11 +1862,15 @@ static favor_status favor__no(const favor__why *w, favor_status st, const char *
     w->buf[at] = '\0';
     return st;
 }
+#endif
 
 /* FAVOR_E_SHAPE unless x (a's `what`) equals y (b's) */
 static favor_status favor__same(const favor__why *w, const char *a, const char *what, size_t x,
                                 const char *b, size_t y)
 {
+    (void)a; /* under FAVOR_NO_ERROR_TEXT */
+    (void)what;
+    (void)b;
     if (x == y) return FAVOR_OK;
     return favor__no(w, FAVOR_E_SHAPE, "%s: %s is %z, %s's is %z", a, what, x, b, y);
 }
@@ -1884,6 +1900,8 @@ static favor_status favor__check_tensor(const favor_tensor *t, const char *name,
 {
     static const char *const axis[3] = { "row_stride", "head_stride", "batch_stride" };
     size_t st[3], cnt[3], ax[3], na = 0, i, j, ext, tmp, bytes, es;
+    (void)name; /* under FAVOR_NO_ERROR_TEXT */
+    (void)axis;
     if (!t) return favor__no(w, FAVOR_E_NULL, "%s is NULL", name);
     if (!t->data) return favor__no(w, FAVOR_E_NULL, "%s: data is NULL", name);
     if (!(es = favor_dtype_size(t->dtype)))
@@ -2964,8 +2982,8 @@ static int favor__query_ok(const favor_features *f, int with_f, const favor_tens
         favor__check_tensor(v, "v", &w, &r) != FAVOR_OK)
         return 0;
     if (q->heads % k->heads) {
-        favor__no(&w, FAVOR_E_SHAPE, "q: heads %z is not a multiple of k's heads %z", q->heads,
-                  k->heads);
+        (void)favor__no(&w, FAVOR_E_SHAPE, "q: heads %z is not a multiple of k's heads %z",
+                        q->heads, k->heads);
         return 0;
     }
     return !with_f || favor__same(&w, "k", "cols", k->cols, "f", f->dim) == FAVOR_OK;
@@ -3716,7 +3734,7 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const fa
     size_t slice, at;
     favor__why w = favor__why_of(opts);
     if (!st) {
-        favor__no(&w, FAVOR_E_NULL, "st is NULL");
+        (void)favor__no(&w, FAVOR_E_NULL, "st is NULL");
         return 0;
     }
     if (!favor__query_ok(f, 1, q, k, v, opts) ||

@@ -126,6 +126,12 @@ job_cortex_m4() {
     echo "favor.h on Cortex-M4 (scalar, -Os): $1 bytes of code, $2 of data, $3 of bss"
     # no global state: the library's object has nothing in .data or .bss
     if [ "$2" != 0 ] || [ "$3" != 0 ]; then echo "cortex-m4: favor.h has static data" >&2; exit 1; fi
+    # without the texts of opts.error
+    # shellcheck disable=SC2086
+    arm-none-eabi-gcc -std=c99 -pedantic -Wall -Wextra -Werror $flags -Iinclude \
+        -DFAVOR_NO_ERROR_TEXT -c "$out/cortex_m4_lib.c" -o "$out/cortex_m4_lib_notext.o"
+    set -- $(arm-none-eabi-size "$out/cortex_m4_lib_notext.o" | awk 'NR == 2 { print $1, $2, $3 }')
+    echo "the same with FAVOR_NO_ERROR_TEXT: $1 bytes of code, $2 of data, $3 of bss"
     # the same program on the host, run: every call returns FAVOR_OK
     cc -std=c99 -Wall -Wextra -Werror -Iinclude tests/cortex_m4.c -lm -o "$out/cortex_m4_host"
     "$out/cortex_m4_host"
