@@ -5,8 +5,9 @@
  *           -Iinclude [-mavx2 -mfma | -DFAVOR_NO_SIMD] tests/fuzz/favor_fuzz.c -lm
  * or, without libFuzzer, with tests/fuzz/replay_main.c (gcc, valgrind, ...).
  *
- * One input is one scenario. Its first byte picks the operation (bits 0-2) and
- * the element-type extension (bit 3; bits 4-7 are ignored):
+ * One input is one scenario. Its first byte picks the operation (bits 0-2), the
+ * element-type extension (bit 3) and the batch extension (bit 4; bits 5-7 are
+ * ignored):
  *     0 favor_softmax_attention (+_workspace)
  *     1 favor_softmax_attention_backward (+_workspace)
  *     2 favor_linear_attention (+_workspace)
@@ -14,7 +15,8 @@
  *     4 favor_feature_map
  *     5 favor_state_floats/init/reset, favor_linear_extend (+_workspace), favor_linear_step
  *     6 favor_features_init/redraw/width/floats
- *     7 favor_status_string, favor_tensor_packed, favor_default_options, favor_backend,
+ *     7 favor_status_string, favor_tensor_packed(_as), favor_tensor_batched (batch
+ *       extension: 8 more bytes, the batch), favor_default_options, favor_backend,
  *       and every entry point with NULL arguments
  * The following bytes give shapes (heads_q, heads_kv, n, n_k, d, d_v), the feature
  * map (kernel, including out-of-range values; m; flags, including unknown bits; a
@@ -30,9 +32,25 @@
  * type (dec_dtype: FAVOR_F32 below 128, FAVOR_F16 up to 189, FAVOR_BF16 up to 251,
  * then values outside the enum: 3, -1, 7, INT_MIN); without it (every input written
  * before element types existed) every tensor is FAVOR_F32. W, the state and lse
- * are always fp32. The rest of the input is the value payload; when it runs out a
- * PRNG continues. A 16-bit tensor's values are drawn as floats and rounded to its
- * type (raw bit patterns: 16 raw bits).
+ * are always fp32. With the batch bit set, each tensor then takes two more bytes,
+ * its batch count and its batch stride (dec_batch, set_batch_stride): the count
+ * is 0..4 (0 and 1: one element), or "the call's batch" (the first tensor's, or
+ * for favor_linear_extend/step the state's, which then takes one byte after the
+ * init mutation: the state has batch x heads_kv heads), or rarely a huge value
+ * (2^32 + 1 .. SIZE_MAX: batch x heads or the span overflows); the stride byte
+ * picks the batch axis's place: outermost and packed (one element's extent),
+ * outermost with a gap, interleaved inside the rows or heads (the larger strides
+ * grow to make room), too small (batch elements that overlap or break the
+ * nesting rule), 0, or huge (an overflowing span, or one that fits size_t but
+ * not the address space above the data pointer). The column blocks of one
+ * [rows][q|k|v|out] buffer take the stride of their group ([batch][rows][...] as
+ * in llm.c, or [rows][batch][...]) unless their own mode is too small, 0 or huge.
+ * Without the bit every batch is 0, so older inputs decode exactly as before. A
+ * batched view is, as in the library, batch x heads "flat" heads (b outer): every
+ * loop, message ("out[h][r][c]": h counts flat heads), lse ([batch][heads_q][n])
+ * and state size of the harness uses them. The rest of the input is the value
+ * payload; when it runs out a PRNG continues. A 16-bit tensor's values are drawn
+ * as floats and rounded to its type (raw bit patterns: 16 raw bits).
  *
  * Every buffer a call can see is a separate malloc of exactly the bytes its views
  * span (so ASan sees any access outside), filled first with a NaN canary; gaps
@@ -56,11 +74,14 @@
  *   I5  a call given exactly favor_*_workspace() bytes never returns
  *       FAVOR_E_WORKSPACE; a call given a workspace never calls FAVOR_MALLOC.
  *   I6  a call that is certainly invalid (NULL, zero size, rows that overlap,
- *       sizes that overflow, mismatched shapes, an output sharing an element with
+ *       batch elements that overlap, sizes that overflow (batch x heads included),
+ *       mismatched shapes or batches, an output sharing an element with
  *       another buffer of the call, bad options/features/role, a workspace smaller
  *       than the query, FAVOR_MALLOC failing) does not return FAVOR_OK; a call that
  *       is certainly valid (every tensor laid out by the library's documented rule,
- *       no output's byte span meeting another's, enough workspace) returns FAVOR_OK.
+ *       over its rows, heads and batch, no output's byte span meeting another's
+ *       except column blocks of one buffer with the same row and batch strides,
+ *       enough workspace) returns FAVOR_OK.
  *       Calls in between (e.g. column-interleaved outputs whose byte spans overlap
  *       but no element does: see FINDINGS.md) may go either way.
  *   I7  with the flag bit set, the call is repeated with the other workspace kind
@@ -364,6 +385,9 @@ typedef struct {
     size_t gcol;       /* column offset in the fused group (units)          */
     int alias_of;      /* view index or -1                                  */
     size_t alias_off;
+    unsigned bm;       /* batch stride byte (mode: bits 0-2, parameter above) */
+    int bgroup;        /* the batch stride is its fused group's             */
+    int topaddr;       /* data near the top of the address space            */
 } fz_view;
 
 #define FZ_MAXV 16
@@ -393,34 +417,54 @@ static size_t fz_mul(size_t a, size_t b, int *ovf)
     return a * b;
 }
 
-/* span of a view in elements; *ovf set when it (in bytes: es per element)
- * overflows size_t */
+/* batch elements of a view (0 and 1: one) and its heads over all of them */
+static size_t tnb(const favor_tensor *t) { return t->batch > 1 ? t->batch : 1; }
+static size_t theads(const favor_tensor *t) { return tnb(t) * t->heads; }
+
+/* span of a view in elements; *ovf set when it (in bytes: es per element), or
+ * batch x heads, overflows size_t */
 static size_t view_span(const favor_tensor *t, size_t es, int *ovf)
 {
     size_t s;
     *ovf = 0;
+    fz_mul(tnb(t), t->heads, ovf);
     s = fz_mul(t->heads - 1, t->head_stride, ovf);
     s = fz_add(s, fz_mul(t->rows - 1, t->row_stride, ovf), ovf);
+    if (t->batch > 1) s = fz_add(s, fz_mul(t->batch - 1, t->batch_stride, ovf), ovf);
     s = fz_add(s, t->cols, ovf);
     fz_mul(s, es, ovf);
     return s;
 }
 
-/* the library's documented-in-code layout rule: the smaller stride covers a row,
- * the larger covers all rows of the smaller */
-static int nested_rule(const favor_tensor *t)
+/* the axes of a view with more than one element, rows, heads, batch, sorted by
+ * stride (a tie keeps that order); pointers to the strides; returns how many */
+static int sorted_axes(favor_tensor *t, size_t **st, size_t *cnt)
 {
-    size_t sa, na, sb, nb;
-    int ovf = 0;
-    if (t->rows > 1 && (t->heads == 1 || t->row_stride <= t->head_stride)) {
-        sa = t->row_stride; na = t->rows; sb = t->head_stride; nb = t->heads;
-    } else {
-        sa = t->head_stride; na = t->heads; sb = t->row_stride; nb = t->rows;
-    }
-    if (na > 1 && sa < t->cols) return 0;
-    if (nb > 1) {
-        size_t need = fz_add(fz_mul(na - 1, sa, &ovf), t->cols, &ovf);
-        if (ovf || sb < need) return 0;
+    int n = 0, i, j;
+    if (t->rows > 1) { st[n] = &t->row_stride; cnt[n++] = t->rows; }
+    if (t->heads > 1) { st[n] = &t->head_stride; cnt[n++] = t->heads; }
+    if (t->batch > 1) { st[n] = &t->batch_stride; cnt[n++] = t->batch; }
+    for (i = 1; i < n; ++i) /* insertion sort: stable */
+        for (j = i; j > 0 && *st[j] < *st[j - 1]; --j) {
+            size_t *ps = st[j], c = cnt[j];
+            st[j] = st[j - 1]; cnt[j] = cnt[j - 1];
+            st[j - 1] = ps; cnt[j - 1] = c;
+        }
+    return n;
+}
+
+/* the library's documented layout rule: taken by increasing stride, each stride
+ * covers all the rows of the smaller axes (rows, heads and batch; an
+ * overflowing extent breaks it) */
+static int nested_rule(const favor_tensor *t0)
+{
+    favor_tensor t = *t0;
+    size_t *st[3], cnt[3], ext = t.cols;
+    int n = sorted_axes(&t, st, cnt), i, ovf = 0;
+    for (i = 0; i < n; ++i) {
+        if (*st[i] < ext) return 0;
+        ext = fz_add(ext, fz_mul(cnt[i] - 1, *st[i], &ovf), &ovf);
+        if (ovf) return 0;
     }
     return 1;
 }
@@ -431,16 +475,23 @@ static int cmp_size(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* 1 when two (head, row) rows share an element (small views only) */
+/* element (h, r, c) of a view, h counting batch x heads flat heads (b outer) */
+static size_t tindex(const favor_tensor *t, size_t h, size_t r, size_t c)
+{
+    if (t->batch > 1) return h / t->heads * t->batch_stride + h % t->heads * t->head_stride + r * t->row_stride + c;
+    return h * t->head_stride + r * t->row_stride + c;
+}
+
+/* 1 when two (batch, head, row) rows share an element (small views only) */
 static int rows_overlap(const favor_tensor *t)
 {
-    size_t n = t->heads * t->rows, h, r, i, *st;
+    size_t H = theads(t), n = H * t->rows, h, r, i, *st;
     int res = 0;
     if (n < 2) return 0;
     st = (size_t *)malloc(n * sizeof *st);
     if (!st) abort();
-    for (h = 0; h < t->heads; ++h)
-        for (r = 0; r < t->rows; ++r) st[h * t->rows + r] = h * t->head_stride + r * t->row_stride;
+    for (h = 0; h < H; ++h)
+        for (r = 0; r < t->rows; ++r) st[h * t->rows + r] = tindex(t, h, r, 0);
     qsort(st, n, sizeof *st, cmp_size);
     for (i = 1; i < n; ++i)
         if (st[i] - st[i - 1] < t->cols) res = 1;
@@ -452,8 +503,10 @@ static int rows_overlap(const favor_tensor *t)
  * rounded into them (fp32, and a dtype outside the enum, are stored as floats) */
 static size_t elem_index(const fz_view *v, size_t h, size_t r, size_t c)
 {
-    return h * v->t.head_stride + r * v->t.row_stride + c;
+    return tindex(&v->t, h, r, c);
 }
+/* the flat heads of a view (batch x heads; mem_ok views only) */
+static size_t vheads(const fz_view *v) { return theads(&v->t); }
 static unsigned char *EAT(const fz_view *v, size_t h, size_t r, size_t c)
 {
     return (unsigned char *)v->t.data + elem_index(v, h, r, c) * v->es;
@@ -571,6 +624,23 @@ static favor_dtype dec_dtype(unsigned b)
 }
 static int dtype_ok(favor_dtype dt) { return dt == FAVOR_F32 || dt == FAVOR_F16 || dt == FAVOR_BF16; }
 
+/* the batch count of a tensor (extended inputs): 0..4 (0 and 1: one element),
+ * rarely huge (batch x heads overflows, or the span does, or it does not fit the
+ * address space: see layout_views); below 160, once the call has a batch (its
+ * first tensor's, or the state's), that batch */
+static int g_bt_ext;          /* the first byte's bit 4: each tensor has two batch bytes */
+static int g_call_batch_set;  /* g_call_batch holds the call's batch                 */
+static size_t g_call_batch;
+#define FZ_HUGE_BATCH 64      /* a batch above this is never real memory            */
+static size_t dec_batch(unsigned b)
+{
+    static const size_t huge[] = {SIZE_MAX, SIZE_MAX / 2 + 1, (size_t)1 << 62, ((size_t)1 << 32) + 1,
+                                  SIZE_MAX / 3 + 1, (size_t)1 << 33};
+    if (g_call_batch_set && b < 160) return g_call_batch;
+    if (b < 240) return b % 5;
+    return huge[(b - 240) % 6];
+}
+
 static int dec_threads(unsigned b)
 {
     static const int tab[] = {1, 2, 3, 64, -1, INT_MIN, INT_MAX, -7};
@@ -603,6 +673,15 @@ static fz_view *add_view(fz_rd *r, const char *name, int role, size_t h, size_t 
     v->dt_valid = dtype_ok(v->t.dtype);
     v->es = v->dt_valid && v->t.dtype != FAVOR_F32 ? 2 : 4;
     if (v->t.dtype != FAVOR_F32) ctx("[%s %s=%d] ", name, dtype_name(v->t.dtype), (int)v->t.dtype);
+    if (g_bt_ext) { /* the batch count now, its stride once the layout is known */
+        v->t.batch = dec_batch(rd8(r));
+        v->bm = rd8(r);
+        if (!g_call_batch_set && v->t.batch <= 4) {
+            g_call_batch = v->t.batch;
+            g_call_batch_set = 1;
+        }
+        ctx("[%s batch=%zu bmode=%u/%u] ", name, v->t.batch, v->bm & 7, v->bm >> 3);
+    }
     v->vmode = b0 >> 4;
     v->vseed = b0 * 131u + v->p1 * 7u + v->p2 + (unsigned)g_nv * 977u;
     switch (b0 & 15) {
@@ -692,10 +771,69 @@ static void alloc_buf(int b)
 /* units of a view's span */
 static size_t view_units(const fz_view *v) { return v->span * v->es / UNIT; }
 
+/* The batch stride of a view whose heads and rows are laid out (extended
+ * inputs), from its mode byte: 0-2 outermost and packed (the extent of one
+ * element), 3 outermost with a gap, 4 interleaved (the batch axis goes below the
+ * smallest or the middle one of rows and heads, whose strides grow by
+ * (batch - 1) x its stride), 5 too small (overlapping batch elements, or a
+ * layout that breaks the nesting rule), 6 zero, 7 huge. A batch of 0 or 1 never
+ * reads it (nor changes the other strides). */
+static void set_batch_stride(fz_view *v)
+{
+    static const size_t huge[] = {SIZE_MAX, SIZE_MAX / 2 + 1, (size_t)1 << 62, ((size_t)1 << 40) + 3,
+                                  ((size_t)1 << 32) + 1, SIZE_MAX - 64};
+    favor_tensor *t = &v->t;
+    unsigned mode = v->bm & 7, par = v->bm >> 3;
+    size_t nb = tnb(t), e1;
+    int ovf = 0;
+    if (!t->heads || !t->rows || !t->cols) {
+        t->batch_stride = par;
+        return;
+    }
+    e1 = fz_add(fz_add(fz_mul(t->heads - 1, t->head_stride, &ovf), fz_mul(t->rows - 1, t->row_stride, &ovf), &ovf),
+                t->cols, &ovf);
+    if (ovf) e1 = SIZE_MAX;
+    switch (mode) {
+    case 3: t->batch_stride = e1 > SIZE_MAX - 14 ? SIZE_MAX : e1 + 1 + par % 13; break;
+    case 4:
+        if (v->layout != L_ABSURD && v->layout != L_FUSED) {
+            /* the axes from the k-th on keep their slack over the extent below
+             * them (a stride that broke the rule still breaks it) */
+            size_t *st[3], cnt[3], B = t->batch, ext0 = t->cols, ext1 = t->cols, bs = 0, s0;
+            int n, k, i;
+            t->batch = 0; /* rows and heads only */
+            n = sorted_axes(t, st, cnt);
+            t->batch = B;
+            k = (int)(par & 1) < n ? (int)(par & 1) : n;
+            for (i = 0; i <= n; ++i) {
+                if (i == k) { /* the batch axis: ext1 grows by it */
+                    bs = ext1 + (par >> 1) % 4;
+                    ext1 += (nb - 1) * bs;
+                }
+                if (i == n) break;
+                s0 = *st[i];
+                *st[i] = s0 + (ext1 - ext0);
+                ext0 += (cnt[i] - 1) * s0;
+                ext1 += (cnt[i] - 1) * *st[i];
+            }
+            t->batch_stride = bs;
+        } else {
+            t->batch_stride = e1;
+        }
+        break;
+    case 5: t->batch_stride = e1 - 1 - par % e1; break;
+    case 6: t->batch_stride = 0; break;
+    case 7: t->batch_stride = huge[par % 6]; break;
+    default: t->batch_stride = e1; break;
+    }
+}
+
 /* Lay out every decoded tensor view (layouts, buffers, absurd sizes) and allocate. */
 static void layout_views(void)
 {
     size_t gw[2] = {0, 0}, grows[2] = {0, 0}, gpad[2] = {0, 0}; /* gw: units */
+    size_t gbat[2] = {1, 1};  /* the batch of a group's first member           */
+    unsigned gbm[2] = {0, 0}; /* and its batch stride byte: the group's layout */
     int gbuf[2] = {-1, -1}, gseen[2] = {0, 0}, g32[2] = {0, 0};
     int i, ovf;
     for (i = 0; i < g_nv; ++i) {
@@ -724,7 +862,11 @@ static void layout_views(void)
         case L_FUSED: { /* column blocks in units; an fp32 block starts 4-byte aligned */
             size_t eu = v->es / UNIT;
             v->group = (int)(v->p1 & 1);
-            if (!gseen[v->group]) gpad[v->group] = v->p2 % 3; /* the group's row padding */
+            if (!gseen[v->group]) {
+                gpad[v->group] = v->p2 % 3; /* the group's row padding */
+                gbat[v->group] = tnb(t);
+                gbm[v->group] = v->bm;
+            }
             gseen[v->group] = 1;
             if (eu == 2) g32[v->group] = 1;
             gw[v->group] = (gw[v->group] + eu - 1) / eu * eu;
@@ -772,15 +914,40 @@ static void layout_views(void)
         if (v->buf >= 0) continue;
         if (v->layout == L_FUSED) { /* one row stride (in bytes) for the group; rarely a member's own */
             size_t base = gw[v->group] + (g32[v->group] ? gw[v->group] % 2 : 0); /* units */
-            t->row_stride = (base + 2 * ((v->p3 & 8) ? v->p2 % 3 : gpad[v->group])) * UNIT / v->es;
+            size_t rowu = base + 2 * ((v->p3 & 8) ? v->p2 % 3 : gpad[v->group]), rsu = rowu;
+            unsigned gm = gbm[v->group] & 7;
+            int inter = g_bt_ext && gm == 4 && gbat[v->group] > 1; /* [rows][batch][q|k|v|out] */
+            if (inter) rsu = gbat[v->group] * rowu;
+            t->row_stride = rsu * UNIT / v->es;
+            if (g_bt_ext && (v->bm & 7) < 5) { /* the group's batch stride (units: even with fp32 members) */
+                size_t bsu = inter ? rowu : grows[v->group] * rsu + (gm == 3 ? 2 * (1 + (gbm[v->group] >> 3) % 5) : 0);
+                t->batch_stride = bsu * UNIT / v->es;
+                v->bgroup = 1;
+            } else if (g_bt_ext) {
+                set_batch_stride(v);
+            }
+        } else if (g_bt_ext) {
+            set_batch_stride(v);
         }
         v->zero = !t->heads || !t->rows || !t->cols;
         v->span = v->zero ? 0 : view_span(t, v->es, &ovf);
         v->absurd = v->layout == L_ABSURD;
+        v->topaddr = v->absurd && (v->p1 >> 2 & 7) == 7;
         if (v->absurd && !v->zero && !ovf && (v->p1 >> 2 & 7) != 7) { /* make sure */
             t->rows = SIZE_MAX;
             if (t->row_stride == 0) t->row_stride = 1;
             v->span = view_span(t, v->es, &ovf);
+        }
+        if (!v->absurd && !v->zero && t->batch > 1 &&
+            (ovf || t->batch > FZ_HUGE_BATCH || v->span > (size_t)1 << 22)) {
+            /* a huge batch or batch stride: the span overflows size_t, or it does
+             * not, and the data pointer goes near the top of the address space
+             * (the library must see that data + span wraps, unless the layout
+             * breaks its rule first) */
+            v->absurd = 1;
+            v->topaddr = !ovf;
+            ctx("[%s: batch %zu x stride %zu: %s] ", v->name, t->batch, t->batch_stride,
+                ovf ? "overflows size_t" : "past the address space");
         }
         v->nulldata = v->layout == L_NULLDATA;
         v->mem_ok = v->present && !v->nulldata && !v->zero && !v->absurd;
@@ -801,6 +968,7 @@ static void layout_views(void)
             v->buf = gbuf[v->group];
             v->off = v->gcol;
             end = (grows[v->group] ? grows[v->group] - 1 : 0) * rs + gw[v->group];
+            if (v->t.batch > 1) end += (v->t.batch - 1) * v->t.batch_stride * eu; /* the last batch element's rows */
             if (end < v->off + units) end = v->off + units;
             if (g_b[v->buf].len < end) g_b[v->buf].len = end;
             continue;
@@ -843,7 +1011,7 @@ static void layout_views(void)
             v->t.data = g_b[v->buf].mem + v->off * UNIT;
         } else if (v->nulldata || !v->present) {
             v->t.data = NULL;
-        } else if (v->absurd && (v->p1 >> 2 & 7) == 7 && !v->zero && v->span) {
+        } else if (v->topaddr && !v->zero && v->span) {
             /* data + span bytes wraps past the end of the address space */
             size_t bytes = v->span * v->es;
             v->t.data = (void *)(uintptr_t)(UINTPTR_MAX - bytes + 1 + v->es * (v->p2 % v->span));
@@ -899,7 +1067,7 @@ static void fill_views(fz_rd *r)
             v->inprom = 1;
             v->nice = 1;
             r->rng ^= mix64(v->vseed);
-            for (h = 0; h < v->t.heads; ++h)
+            for (h = 0; h < vheads(v); ++h)
                 for (rr = 0; rr < v->t.rows; ++rr)
                     for (c = 0; c < v->t.cols; ++c) {
                         if (is_out) {
@@ -920,7 +1088,7 @@ static void fill_views(fz_rd *r)
         v->inprom = 1;
         v->nice = 1;
         if (v->role == R_OUT || v->role == R_STATE || v->role == R_WS) continue;
-        for (h = 0; h < v->t.heads; ++h)
+        for (h = 0; h < vheads(v); ++h)
             for (rr = 0; rr < v->t.rows; ++rr)
                 for (c = 0; c < v->t.cols; ++c) {
                     float x = VGET(v, h, rr, c);
@@ -939,7 +1107,7 @@ static int harmful_role(int role) { return role == R_OUT || role == R_STATE || r
 static void mark_elems(const fz_view *v, int *owner, int id, int *hit, int check_only)
 {
     size_t h, r, c, u;
-    for (h = 0; h < v->t.heads; ++h)
+    for (h = 0; h < vheads(v); ++h)
         for (r = 0; r < v->t.rows; ++r)
             for (c = 0; c < v->t.cols; ++c)
                 for (u = 0; u < v->es / UNIT; ++u) {
@@ -981,7 +1149,8 @@ static int span_overlap(const fz_view *a, const fz_view *b)
 static int column_blocks(const fz_view *a, const fz_view *b)
 {
     return a->layout == L_FUSED && b->layout == L_FUSED && a->group == b->group &&
-           a->t.row_stride * a->es == b->t.row_stride * b->es;
+           a->t.row_stride * a->es == b->t.row_stride * b->es && tnb(&a->t) == tnb(&b->t) &&
+           (tnb(&a->t) == 1 || (a->bgroup && b->bgroup)); /* batched: the group's batch stride */
 }
 static int exclusive_span_overlap(void)
 {
@@ -1020,7 +1189,7 @@ static void mark_writable(void)
         fz_view *v = &g_v[i];
         size_t h, r, c;
         if (!v->used || !v->mem_ok || !harmful_role(v->role)) continue;
-        for (h = 0; h < v->t.heads; ++h)
+        for (h = 0; h < vheads(v); ++h)
             for (r = 0; r < v->t.rows; ++r)
                 for (c = 0; c < v->t.cols; ++c) {
                     size_t at = elem_unit(v, h, r, c);
@@ -1084,7 +1253,7 @@ static void check_outputs(const char *what, int want_finite)
         fz_view *v = &g_v[i];
         size_t h, r, c;
         if (!v->used || !v->mem_ok || v->role != R_OUT) continue;
-        for (h = 0; h < v->t.heads; ++h)
+        for (h = 0; h < vheads(v); ++h)
             for (r = 0; r < v->t.rows; ++r)
                 for (c = 0; c < v->t.cols; ++c) {
                     float x = VGET(v, h, r, c);
@@ -1135,7 +1304,7 @@ static void garble_outputs(unsigned pat)
         fz_view *v = &g_v[i];
         size_t h, r;
         if (!v->used || !v->mem_ok || v->role != R_OUT) continue;
-        for (h = 0; h < v->t.heads; ++h)
+        for (h = 0; h < vheads(v); ++h)
             for (r = 0; r < v->t.rows; ++r) fill_garbage(EAT(v, h, r, 0), v->t.cols * v->es, pat + (unsigned)(h * 131 + r));
     }
 }
@@ -1353,11 +1522,12 @@ static void dump_views(const char *what)
     fprintf(stderr, "favor_fuzz: calling %s | %s\n", what, g_ctx);
     for (i = 0; i < g_nv; ++i) {
         const fz_view *v = &g_v[i];
-        fprintf(stderr, "    %-10s %s layout=%d %s data=%p %s heads=%zu rows=%zu cols=%zu hs=%zu rs=%zu "
-                "buf=%d off=%zu span=%zu%s%s%s%s inprom=%d\n", v->name,
+        fprintf(stderr, "    %-10s %s layout=%d %s data=%p %s batch=%zu bs=%zu heads=%zu rows=%zu cols=%zu hs=%zu "
+                "rs=%zu buf=%d off=%zu span=%zu%s%s%s%s inprom=%d\n", v->name,
                 v->role == R_OUT ? "OUT" : v->role == R_IN ? "IN " : v->role == R_STATE ? "ST " : "oth",
                 v->layout, v->present ? "" : "(NULL tensor)", (void *)v->t.data, dtype_name(v->t.dtype),
-                v->t.heads, v->t.rows, v->t.cols, v->t.head_stride, v->t.row_stride, v->buf,
+                v->t.batch, v->t.batch_stride, v->t.heads, v->t.rows, v->t.cols, v->t.head_stride,
+                v->t.row_stride, v->buf,
                 v->off * UNIT / v->es, v->span,
                 v->absurd ? " absurd" : "", v->zero ? " zero" : "", v->self_overlap ? " self-overlap" : "",
                 v->used ? "" : " unused", v->inprom);
@@ -1550,9 +1720,10 @@ static void judge(const char *what, favor_status s, const fz_verdict *vd, const 
         for (i = 0; i < g_nv; ++i)
             if (g_v[i].used && g_v[i].mem_ok && !g_v[i].nested_ok && !g_v[i].self_overlap)
                 fprintf(stderr, "favor_fuzz: NOTE false rejection: %s says FAVOR_E_SHAPE; %s's rows do not "
-                        "overlap but break the nesting rule (heads=%zu rows=%zu cols=%zu hs=%zu rs=%zu)\n",
+                        "overlap but break the nesting rule (heads=%zu rows=%zu cols=%zu hs=%zu rs=%zu "
+                        "batch=%zu bs=%zu)\n",
                         what, g_v[i].name, g_v[i].t.heads, g_v[i].t.rows, g_v[i].t.cols,
-                        g_v[i].t.head_stride, g_v[i].t.row_stride);
+                        g_v[i].t.head_stride, g_v[i].t.row_stride, g_v[i].t.batch, g_v[i].t.batch_stride);
     }
     if (s == FAVOR_OK && vd->must_fail) FZ_FAIL("%s accepted an invalid call (%s)", what, vd->why_fail);
     if (s != FAVOR_OK && vd->should_ok && !vd->must_fail)
@@ -1601,16 +1772,17 @@ static void dec_shape(fz_rd *r, fz_shape *s)
 
 #define T(v) ((v)->present ? &(v)->t : (const favor_tensor *)NULL)
 
+/* shapes, and every tensor of the call with the same batch (0 and 1 alike) */
 static int qkvo_shape_ok(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
                          const favor_tensor *o)
 {
     return k->cols == q->cols && v->rows == k->rows && v->heads == k->heads && k->heads &&
            q->heads % k->heads == 0 && o->heads == q->heads && o->rows == q->rows &&
-           o->cols == v->cols;
+           o->cols == v->cols && tnb(k) == tnb(q) && tnb(v) == tnb(q) && tnb(o) == tnb(q);
 }
 static int same_shape(const favor_tensor *a, const favor_tensor *b)
 {
-    return a->heads == b->heads && a->rows == b->rows && a->cols == b->cols;
+    return a->heads == b->heads && a->rows == b->rows && a->cols == b->cols && tnb(a) == tnb(b);
 }
 
 static size_t visible(size_t i, size_t n, size_t nk)
@@ -1627,10 +1799,10 @@ static size_t visible(size_t i, size_t n, size_t nk)
 static void check_rows(const char *what, const fz_view *o, const fz_view *vv, int causal,
                        int want_range, double tol)
 {
-    size_t h, i, c, j, grp = o->t.heads / vv->t.heads, n = o->t.rows, nk = vv->t.rows;
+    size_t h, i, c, j, grp = vheads(o) / vheads(vv), n = o->t.rows, nk = vv->t.rows;
     double tiny = o->t.dtype == FAVOR_F16 ? ldexp(1.0, -24) : 1e-30;
     if (is16(o)) tol += 2.0 * ldexp(1.0, o->t.dtype == FAVOR_F16 ? -11 : -8);
-    for (h = 0; h < o->t.heads; ++h) {
+    for (h = 0; h < vheads(o); ++h) { /* flat heads: b * heads + h, grouped within each batch element */
         size_t g = h / grp;
         double M = 0.0;
         for (j = 0; j < nk; ++j)
@@ -1674,6 +1846,8 @@ static void reset_call(void)
     g_malloc_fail = 0;
     g_malloc_calls = 0;
     g_twin_block = 0;
+    g_call_batch_set = 0;
+    g_call_batch = 0;
     g_ctxn = 0;
     g_ctx[0] = 0;
 }
@@ -1741,8 +1915,8 @@ static void run_twin(const char *what, fz_call_fn fn, void *arg, fz_ocfg *oc, in
         unsigned char *p;
         swapped[i] = v->used && v->mem_ok && is16(v) && (v->role == R_IN || v->role == R_OUT);
         if (!swapped[i]) continue;
-        p = (unsigned char *)fz_alloc(v->t.heads * rows * cols * 4);
-        for (h = 0; h < v->t.heads; ++h)
+        p = (unsigned char *)fz_alloc(vheads(v) * rows * cols * 4);
+        for (h = 0; h < vheads(v); ++h)
             for (r = 0; r < rows; ++r)
                 for (c = 0; c < cols; ++c) {
                     unsigned char *e = p + 4 * ((h * rows + r) * cols + c);
@@ -1759,6 +1933,7 @@ static void run_twin(const char *what, fz_call_fn fn, void *arg, fz_ocfg *oc, in
         v->t.data = p;
         v->t.head_stride = rows * cols;
         v->t.row_stride = cols;
+        if (v->t.batch > 1) v->t.batch_stride = v->t.heads * rows * cols; /* the same batch, packed */
         v->t.dtype = FAVOR_F32;
         v->es = 4;
     }
@@ -1778,7 +1953,7 @@ static void run_twin(const char *what, fz_call_fn fn, void *arg, fz_ocfg *oc, in
         fz_view *v = &g_v[i];
         size_t h, r, c;
         if (!v->used || !v->mem_ok || v->role != R_OUT) continue;
-        for (h = 0; h < v->t.heads; ++h)
+        for (h = 0; h < vheads(v); ++h)
             for (r = 0; r < v->t.rows; ++r)
                 for (c = 0; c < v->t.cols; ++c) {
                     float y = VGET(v, h, r, c);
@@ -1790,7 +1965,7 @@ static void run_twin(const char *what, fz_call_fn fn, void *arg, fz_ocfg *oc, in
                                 "%s[%zu][%zu][%zu] = %g", what, v->name, h, r, c, (double)y);
                     if (swapped[i]) {
                         const favor_tensor *o = &orig[i];
-                        size_t at = v->off + (h * o->head_stride + r * o->row_stride + c) * orig_es[i] / UNIT;
+                        size_t at = v->off + tindex(o, h, r, c) * orig_es[i] / UNIT;
                         uint16_t got, want = narrow_to(o->dtype, y);
                         memcpy(&got, keep[v->buf] + UNIT * at, 2);
                         if (got != want && !(isnan(widen16(o->dtype, got)) && isnan(widen16(o->dtype, want))))
@@ -1893,7 +2068,7 @@ static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_
 static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz_view *o,
                             const fz_view *k, const fz_view *v, unsigned hflags)
 {
-    size_t n = o->t.rows, nk = k->t.rows, cut, h, i, j, c, len = o->t.heads * n * o->t.cols;
+    size_t n = o->t.rows, nk = k->t.rows, cut, h, i, j, c, len = vheads(o) * n * o->t.cols;
     float *before;
     favor_status s;
     int i2;
@@ -1903,10 +2078,10 @@ static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz
             return;
     cut = (hflags >> 3) % nk;
     before = (float *)fz_alloc(len * sizeof(float));
-    for (h = 0; h < o->t.heads; ++h)
+    for (h = 0; h < vheads(o); ++h)
         for (i = 0; i < n; ++i)
             for (c = 0; c < o->t.cols; ++c) before[(h * n + i) * o->t.cols + c] = VGET(o, h, i, c);
-    for (h = 0; h < k->t.heads; ++h)
+    for (h = 0; h < vheads(k); ++h)
         for (j = cut; j < nk; ++j) {
             for (c = 0; c < k->t.cols; ++c) {
                 float x = VGET(k, h, j, c);
@@ -1921,7 +2096,7 @@ static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz
         }
     s = fn(arg);
     if (s != FAVOR_OK) FZ_FAIL("%s: the call with other later tokens failed: %s", what, favor_status_string(s));
-    for (h = 0; h < o->t.heads; ++h)
+    for (h = 0; h < vheads(o); ++h)
         for (i = 0; i < n && visible(i, n, nk) <= cut; ++i)
             for (c = 0; c < o->t.cols; ++c) {
                 float x = before[(h * n + i) * o->t.cols + c], y = VGET(o, h, i, c);
@@ -2011,7 +2186,7 @@ static void op_softmax(fz_rd *r, unsigned hflags)
     a.o = add_view(r, "out", R_OUT, sh.hq, sh.n, sh.dv);
     a.oc = &oc;
     layout_views();
-    lse_n = a.q->mem_ok ? a.q->t.heads * a.q->t.rows : 0;
+    lse_n = a.q->mem_ok ? vheads(a.q) * a.q->t.rows : 0; /* [batch][heads_q][n] */
     a.lse = add_lse(&oc, R_OUT, lse_n);
     finish_range_views();
     fill_views(r);
@@ -2035,7 +2210,7 @@ static void op_softmax(fz_rd *r, unsigned hflags)
         check_rows("favor_softmax_attention", a.o, a.v, causal, fin, 4e-5);
         if (a.lse && a.lse->mem_ok) { /* -inf exactly for the rows that see no key */
             size_t h, i;
-            for (h = 0; h < a.q->t.heads; ++h)
+            for (h = 0; h < vheads(a.q); ++h)
                 for (i = 0; i < a.q->t.rows; ++i) {
                     float l = ((float *)a.lse->t.data)[h * a.q->t.rows + i];
                     size_t vis = causal ? visible(i, a.q->t.rows, a.k->t.rows) : a.k->t.rows;
@@ -2084,7 +2259,7 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
     a.dv = add_view(r, "dv", R_OUT, sh.hkv, sh.nk, sh.dv);
     a.oc = &oc;
     layout_views();
-    lse_n = a.q->mem_ok ? a.q->t.heads * a.q->t.rows : 0;
+    lse_n = a.q->mem_ok ? vheads(a.q) * a.q->t.rows : 0; /* [batch][heads_q][n] */
     a.lse = add_lse(&oc, R_LSE_IN, lse_n);
     finish_range_views();
     fill_views(r);
@@ -2106,7 +2281,7 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
             consistent = 1;
             if (a.lse) a.lse->inprom = 1;
             a.o->inprom = 1;
-            for (h = 0; h < a.o->t.heads; ++h)
+            for (h = 0; h < vheads(a.o); ++h)
                 for (i = 0; i < a.o->t.rows; ++i)
                     for (c = 0; c < a.o->t.cols; ++c)
                         if (!(fabsf(VGET(a.o, h, i, c)) <= 1e4f)) a.o->inprom = 0;
@@ -2361,7 +2536,7 @@ static void op_feature_map(fz_rd *r, unsigned hflags)
     }
     verdict_mismatch(&vd, a.x->mem_ok && a.phi->mem_ok &&
                           !(a.phi->t.cols == feat_width(&g_f) && a.x->t.heads == a.phi->t.heads &&
-                            a.x->t.rows == a.phi->t.rows));
+                            a.x->t.rows == a.phi->t.rows && tnb(&a.x->t) == tnb(&a.phi->t)));
     { /* f, x, phi (NULL), then the features, then x, phi */
         fz_view *ord[2];
         ord[0] = a.x; ord[1] = a.phi;
@@ -2428,7 +2603,7 @@ static void op_state(fz_rd *r, unsigned hflags)
     fz_shape sh;
     fz_fcfg fc;
     unsigned b, nsteps, it, imut;
-    size_t sfl, w, heads, dv;
+    size_t sfl, w, heads, dv, sbatch = 0;
     int tainted = 0, fok;
     favor_status s;
     favor_state before;
@@ -2440,7 +2615,11 @@ static void op_state(fz_rd *r, unsigned hflags)
     w = feat_width(&g_f);
     b = rd8(r);
     imut = b;
-    heads = sh.hkv;
+    if (g_bt_ext) { /* the state's batch: batch x heads_kv heads; the views default to it */
+        sbatch = rd8(r) % 5;
+        ctx("state batch %zu ", sbatch);
+    }
+    heads = sh.hkv * (sbatch > 1 ? sbatch : 1);
     dv = sh.dv;
     if ((b & 0xf0) == 0xf0) { /* init mutations */
         if ((b & 3) == 0) heads = 0;
@@ -2522,6 +2701,8 @@ static void op_state(fz_rd *r, unsigned hflags)
         add_range_view("state", R_STATE, g_stbuf, 0, sfl);
         gnv = (size_t)g_nv;
         (void)gnv;
+        g_call_batch = sbatch;
+        g_call_batch_set = g_bt_ext;
         add_qkv(r, &sh, n, n, &a.q, &a.k, &a.v);
         a.o = add_view(r, "out", R_OUT, sh.hq, n, sh.dv);
         a.oc = &oc;
@@ -2554,7 +2735,7 @@ static void op_state(fz_rd *r, unsigned hflags)
         if (!a.step && !oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
         verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
                               !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t) && a.k->t.rows == a.q->t.rows &&
-                                a.k->t.heads == g_st.heads && a.v->t.cols == g_st.dv && g_st.kernel == g_f.kernel &&
+                                vheads(a.k) == g_st.heads && a.v->t.cols == g_st.dv && g_st.kernel == g_f.kernel &&
                                 g_st.dim == g_f.dim && g_st.width == feat_width(&g_f) &&
                                 (!a.step || a.q->t.rows == 1)));
         if (!a.step) {
@@ -2738,6 +2919,7 @@ static void op_misc(fz_rd *r, unsigned hflags)
     favor_features fe;
     favor_state st;
     (void)hflags;
+    (void)be; /* unused when the backend is not known at compile time */
     ctx("misc ");
 #if defined(FAVOR_NO_SIMD)
     if (strcmp(be, "scalar")) FZ_FAIL("favor_backend() = %s under FAVOR_NO_SIMD", be);
@@ -2776,9 +2958,36 @@ static void op_misc(fz_rd *r, unsigned hflags)
             favor_dtype_size((favor_dtype)(int)sv) != (sv == 0 ? 4u : sv <= 2 ? 2u : 0u))
             FZ_FAIL("favor_dtype_size: wrong sizes (%zu for %d)", favor_dtype_size((favor_dtype)(int)sv), (int)sv);
         if (t2.data != (void *)(one + 1) || t2.dtype != dt || t2.heads != h || t2.rows != rows || t2.cols != cols ||
-            t2.row_stride != cols || t2.head_stride != t.head_stride)
+            t2.row_stride != cols || t2.head_stride != t.head_stride || t2.batch > 1)
             FZ_FAIL("favor_tensor_packed_as: wrong fields");
         t = t2;
+    }
+    /* batches (extended inputs: 8 more bytes, the batch): favor_tensor_batched's
+     * fields, and an overflowing batched view refused */
+    if (g_bt_ext) {
+        size_t bat = (size_t)rd32(r);
+        int ovf = 0;
+        size_t bs;
+        favor_tensor tb;
+        bat |= (size_t)rd32(r) << 32;
+        tb = favor_tensor_batched(t.dtype, one + 2, bat, h, rows, cols);
+        bs = fz_mul(h, t.head_stride, &ovf);
+        if (tb.data != (void *)(one + 2) || tb.dtype != t.dtype || tb.heads != h || tb.rows != rows ||
+            tb.cols != cols || tb.row_stride != cols || tb.head_stride != t.head_stride || tb.batch != bat ||
+            tb.batch_stride != (ovf ? SIZE_MAX : bs))
+            FZ_FAIL("favor_tensor_batched: wrong fields (batch %zu, batch_stride %zu)", tb.batch, tb.batch_stride);
+        ctx("batched(batch=%zu h=%zu rows=%zu cols=%zu) ", bat, h, rows, cols);
+        if (bat > 1 && h && rows && cols) {
+            size_t span;
+            span = view_span(&tb, favor_dtype_size(tb.dtype), &ovf);
+            (void)span;
+            if (ovf) {
+                favor_tensor small = favor_tensor_batched(FAVOR_F32, one, bat, 1, 1, 1);
+                if (favor_softmax_attention(&tb, &small, &small, &small, NULL) == FAVOR_OK ||
+                    favor_softmax_attention(&small, &small, &small, &tb, NULL) == FAVOR_OK)
+                    FZ_FAIL("an overflowing batched tensor was accepted");
+            }
+        }
     }
     /* an absurd packed tensor is refused by every entry point */
     if (h > 1 || rows > 1 || cols > 2) {
@@ -2857,7 +3066,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     r.rng = h;
     reset_call();
     op = rd8(&r);
-    g_dt_ext = (op & 8) != 0; /* bits 4-7: ignored */
+    g_dt_ext = (op & 8) != 0;
+    g_bt_ext = (op & 16) != 0; /* bits 5-7: ignored */
     op %= 8;
     hflags = rd8(&r);
     switch (op) {

@@ -72,6 +72,42 @@ def tviews(*dts):
 
 P = view()  # a packed view of nice values
 
+# Batches (the extended format: bit 4 of the first byte set, then every tensor
+# view takes two more bytes after its dtype byte, if any: dec_batch and
+# set_batch_stride in favor_fuzz.c). The batch: "call" (byte 0) is the call's
+# batch (the first tensor's, or the state's; a first tensor given "call" gets
+# 0), an int 0..4 is that batch (byte 160 + b), ("huge", i) the i-th huge value
+# (SIZE_MAX, SIZE_MAX/2+1, 2^62, 2^32+1, SIZE_MAX/3+1, 2^33). The stride modes:
+# "packed" outermost (one element's extent; for the column blocks of a fused
+# group: the group's stride, [batch][rows][q|k|v|out] as in llm.c), "gap"
+# outermost with a gap of 1 + par % 13 elements (fused: the group's, from its
+# first member), "inter" interleaved below the smallest (par even) or the middle
+# (par odd) of rows and heads (fused: the group's first member makes it
+# [rows][batch][q|k|v|out]), "small" below one element's extent (batch elements
+# that overlap), "zero", "huge" (par % 6: SIZE_MAX, SIZE_MAX/2+1, 2^62, 2^40+3,
+# 2^32+1, SIZE_MAX-64).
+BT = 16
+BMODE = {"packed": 0, "gap": 3, "inter": 4, "small": 5, "zero": 6, "huge": 7}
+
+
+def bat(b="call", mode="packed", par=0):
+    if b == "call":
+        bb = 0
+    elif isinstance(b, int):
+        bb = 160 + b
+    else:
+        bb = 240 + b[1]
+    return bytes([bb, BMODE[mode] | par << 3])
+
+
+def bview(layout="packed", vmode=0, p1=0, p2=0, p3=0, b="call", mode="packed", par=0, dt=None):
+    return view(layout, vmode, p1, p2, p3) + (bytes([DT[dt]]) if dt else b"") + bat(b, mode, par)
+
+
+def bviews(n, b=2, dt=None):
+    """n packed views of batch b (the first explicit, the others the call's)"""
+    return bview(b=b, dt=dt) + bview(dt=dt) * (n - 1)
+
 
 def write(dirname, name, data):
     with open(os.path.join(dirname, name), "wb") as fp:
@@ -163,6 +199,7 @@ def seeds():
     s["misc"] = bytes([7, 0]) + struct.pack("<IIQQ", 9, 3, 1 << 62, 5)
     s["misc-small"] = bytes([7, 0]) + struct.pack("<IIQQ", 0xFFFFFFFF, 2, 3, 4)
     s.update(dtype_seeds())
+    s.update(batch_seeds())
     return s
 
 
@@ -248,6 +285,91 @@ def dtype_seeds():
     # ---- small functions: a trailing byte picks favor_tensor_packed_as's type ----
     s["dt-misc-f16"] = bytes([7 | EXT, 0]) + struct.pack("<IIQQ", 1, 3, 1 << 62, 5) + bytes([1])
     s["dt-misc-bf16"] = bytes([7 | EXT, 0]) + struct.pack("<IIQQ", 2, 3, 1 << 62, 7) + bytes([2])
+    return s
+
+
+def batch_seeds():
+    """Seeds of the batch extension (bit 4): batch counts and strides per tensor."""
+    s = {}
+    F = lambda **kw: bview("fused", **kw)  # a column block of fused group 0
+    # ---- softmax forward ----
+    s["bt-sm-packed-lse"] = bytes([0 | BT, 1]) + shape(2, 1, 7, 9, 8, 5) + ocfg(lse_mode=1) + bviews(4, 3)
+    s["bt-sm-causal-gqa-chunks"] = (bytes([0 | BT, 1 | 4 | 8 * 5]) + shape(2, 2, 70, 65, 16, 8) +
+                                    ocfg(True, ws_mode=1, lse_mode=1) + bviews(4, 2))
+    # llm.c: q, k, v column blocks of one [B][T][q|k|v] buffer (batch stride T x row)
+    s["bt-sm-llmc"] = (bytes([0 | BT, 1 | 4 | 8 * 3]) + shape(2, 1, 12, 12, 8, 8) + ocfg(True, lse_mode=1) +
+                       F(b=4) + F() + F() + bview())
+    s["bt-sm-llmc-out-block"] = (bytes([0 | BT, 1]) + shape(2, 1, 9, 9, 4, 4) + ocfg(ws_mode=1) +
+                                 F(b=3) + F() + F() + F())  # [B][T][q|k|v|out]: accepted
+    s["bt-sm-llmc-gap-decode"] = (bytes([0 | BT, 1]) + shape(2, 2, 1, 33, 8, 8) + ocfg(True) +
+                                  F(b=2, mode="gap", par=3) + F() + F() + bview())
+    s["bt-sm-fused-batch-inner"] = (bytes([0 | BT, 1]) + shape(2, 1, 7, 7, 3, 3) + ocfg() +
+                                    F(b=3, mode="inter") + F() + F() + F())  # [T][B][q|k|v|out]
+    s["bt-sm-interleaved"] = (bytes([0 | BT, 1]) + shape(2, 1, 8, 8, 6, 6) + ocfg(ws_mode=3, ws_p=17) +
+                              bview("interleaved", b=2, mode="inter", par=0) +
+                              bview("padded", 0, 2, 3, mode="inter", par=1) +
+                              bview("interpad", 0, 1, 2, mode="gap", par=5) +
+                              bview("offset", 0, 0, 5, 3, mode="inter", par=3))
+    s["bt-sm-zero-and-one"] = (bytes([0 | BT, 1]) + shape(1, 2, 5, 6, 4, 3) + ocfg() +
+                               bview(b=0) + bview(b=1, mode="huge") + bview(b=0, mode="zero") +
+                               bview(b=1, mode="small", par=7))  # one element each: strides ignored
+    s["bt-sm-mismatch"] = bytes([0 | BT, 0]) + shape() + ocfg() + bview(b=2) + bview(b=3) + bview() * 2
+    s["bt-sm-out-overlap"] = (bytes([0 | BT, 0]) + shape(2, 1, 5, 5, 4, 4) + ocfg() + bviews(3, 2) +
+                              bview(mode="small", par=4))
+    s["bt-sm-stride-zero"] = bytes([0 | BT, 0]) + shape() + ocfg() + bview(b=2, mode="zero") + bview() * 3
+    s["bt-sm-huge-batch"] = bytes([0 | BT, 0]) + shape(2, 1) + ocfg() + bview(b=2) + bview(b=("huge", 0)) + bview() * 2
+    s["bt-sm-huge-batch-addr"] = bytes([0 | BT, 0]) + shape() + ocfg() + bview(b=("huge", 3)) + bviews(3, 2)
+    s["bt-sm-huge-stride"] = bytes([0 | BT, 0]) + shape() + ocfg() + bviews(3, 2) + bview(mode="huge", par=0)
+    s["bt-sm-huge-stride-addr"] = bytes([0 | BT, 0]) + shape() + ocfg() + bview(b=2, mode="huge", par=3) + bview() * 3
+    s["bt-sm-f16-llmc"] = (bytes([0 | EXT | BT, 1]) + shape(2, 1, 10, 10, 8, 8) + ocfg(True, lse_mode=1) +
+                           F(b=2, dt="f16") + F(dt="bf16") + F(dt="f32") + bview(dt="f16"))
+    # ---- softmax backward ----
+    s["bt-smb-consistent"] = (bytes([1 | BT, 1 | 2]) + shape(2, 2, 66, 64, 8, 5) +
+                              ocfg(True, lse_mode=3, ws_mode=1) + bviews(8, 2))
+    s["bt-smb-llmc"] = (bytes([1 | BT, 2]) + shape(2, 1, 9, 9, 4, 4) + ocfg(True, ws_mode=1) +
+                        F(b=3) + F() + F() + bview() * 2 + bview("fused", 0, 1) * 3)  # grads: group 1
+    s["bt-smb-grad-mismatch"] = (bytes([1 | BT, 0]) + shape() + ocfg() + bviews(6, 2) + bview(b=3) + bview())
+    s["bt-smb-f16"] = (bytes([1 | EXT | BT, 1 | 2]) + shape(1, 2, 12, 10, 6, 3) + ocfg(True, lse_mode=1) +
+                       bviews(8, 2, "bf16"))
+    # ---- linear forward and backward ----
+    s["bt-lin-causal-positive"] = (bytes([2 | BT, 1 | 4 | 8 * 25]) + shape(2, 2, 70, 70, 6, 5) +
+                                   fcfg("positive", 24) + ocfg(True, ws_mode=1) +
+                                   bview(b=2) + bview(mode="inter") + bview(mode="gap", par=2) + bview("interleaved"))
+    s["bt-lin-llmc-elu1"] = (bytes([2 | BT, 1 | 4 | 8 * 3]) + shape(2, 1, 12, 12, 6, 6) + fcfg("elu1", 6) +
+                             ocfg(True) + F(b=3) + F() + F() + bview())
+    s["bt-lin-f16-trig"] = (bytes([2 | EXT | BT, 1]) + shape(1, 4, 9, 15, 7, 3) + fcfg("trig", 9, 1) +
+                            ocfg(ws_mode=1) + bviews(3, 2, "f16") + bview(dt="bf16"))
+    s["bt-linb-causal-relu"] = (bytes([3 | BT, 1]) + shape(2, 2, 66, 66, 5, 4) + fcfg("relu", 12) +
+                                ocfg(True, ws_mode=1) + bviews(7, 2))
+    s["bt-linb-inter-positive"] = (bytes([3 | BT, 1]) + shape(2, 1, 10, 15, 4, 6) + fcfg("positive", 7) +
+                                   ocfg(ws_mode=1) + bview("interleaved", b=3, mode="inter", par=1) +
+                                   bview(mode="inter") * 3 + bview(mode="gap", par=9) * 3)
+    # ---- feature map ----
+    s["bt-fmap-positive"] = (bytes([4 | BT, 0]) + shape(2, 1, 66, 1, 9, 1) + fcfg("positive", 5) + bytes([1]) +
+                             bview(b=3) + bview(mode="inter", par=1))
+    s["bt-fmap-mismatch"] = bytes([4 | BT, 0]) + shape() + fcfg() + bytes([0]) + bview(b=2) + bview(b=3)
+
+    # ---- the recurrent state: one byte after the init mutation, the state's batch ----
+    def step(kind, n=None, opts=None, smut=0, views=None):
+        b = bytes([kind, smut])
+        if kind % 8 == 7:
+            return b
+        if kind % 8 < 5:
+            b += bytes([enc_len(n)])
+        return b + (opts if opts is not None else ocfg(True)) + (views if views is not None else bview() * 4)
+    s["bt-state-extend-step"] = (bytes([5 | BT, 1]) + shape(2, 2, 1, 1, 6, 4) + fcfg("positive", 8) +
+                                 bytes([0, 2, 3]) + step(0, 9) + step(5) + step(0, 70, ocfg(True, ws_mode=1)) +
+                                 step(5))
+    s["bt-state-mismatch-reset"] = (bytes([5 | BT, 0]) + shape(1, 2, 1, 1, 5, 5) + fcfg("elu1", 5) +
+                                    bytes([0, 3, 3]) + step(5, views=bview(b=2) + bview() * 3) +
+                                    step(0, 7, views=bview(b=3) * 4) + step(7) + step(6))
+    s["bt-state-f16"] = (bytes([5 | EXT | BT, 0]) + shape(2, 1, 1, 1, 4, 3) + fcfg("trig", 6) + bytes([0, 4, 1]) +
+                         step(0, 33, views=bview(dt="f16") + bview(dt="bf16") + bview(dt="f16") + bview(dt="f32")) +
+                         step(5, views=bview(dt="bf16") * 4))
+    # ---- small functions: 8 more bytes, favor_tensor_batched's batch ----
+    s["bt-misc"] = bytes([7 | BT, 0]) + struct.pack("<IIQQ", 1, 3, 5, 7) + bytes([1]) + struct.pack("<Q", 4)
+    s["bt-misc-overflow"] = (bytes([7 | BT, 0]) + struct.pack("<IIQQ", 2, 3, 1 << 20, 1 << 20) + bytes([0]) +
+                             struct.pack("<Q", 1 << 40))
     return s
 
 
