@@ -247,6 +247,7 @@ static int run(favor_kernel kernel, uint64_t tokens)
     clock_t t_start = clock();
     const char *name = kernel == FAVOR_ELU1 ? "elu+1" : "FAVOR+";
 
+    memset(&f, 0, sizeof f); /* read by favor_state_floats even when init fails */
     if (kernel != FAVOR_ELU1) wst = (float *)malloc(favor_features_floats(kernel, D, M) * sizeof *wst);
     s = favor_features_init(&f, kernel, D, kernel == FAVOR_ELU1 ? D : M, 0, 2024, wst);
     floats = favor_state_floats(&f, 1, DV);
