@@ -147,19 +147,26 @@
  * once per key/value head; the keys are cut into fixed blocks of 512 whose
  * partial results merge in block order. Same results within the same bounds.
  *
- * THREADS. Compiled with OpenMP (-fopenmp), softmax attention splits query blocks
- * (decoding: blocks of 512 keys of every key/value head) and linear
- * attention/extend and the backward passes split key/value heads over
- * favor_options.threads threads (0: OpenMP's default); results are bit-identical
- * for any thread count.
+ * THREADS. Compiled with OpenMP (-fopenmp), a call's work items run on
+ * favor_options.threads threads (0: OpenMP's default): softmax attention splits
+ * query blocks (decoding: blocks of 512 keys of every key/value head), the others
+ * split key/value heads, and inside them when there are fewer than 8 (linear
+ * attention/extend: segments of keys, then blocks of output rows or, causal, a
+ * chunk-parallel scan; the non-causal linear backward likewise; the softmax
+ * backward, when heads alone leave threads idle: key parts for dK, dV and query
+ * blocks for dQ). The split is fixed by the shape, so results are bit-identical
+ * for any thread count. The causal linear backward splits only key/value heads.
  *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
- * needs (a slice per thread; any alignment; independent of the sequence length,
+ * needs (a slice per thread; with fewer than 8 key/value heads, ceil(8 / heads)
+ * states per key/value head for the split, and for the non-causal linear backward
+ * ceil(8 / query heads) partial sums per query head; any alignment; independent
+ * of the sequence length,
  * except for softmax decoding, whose per-block partials take R (d_v + 2) floats
  * per 512 keys per key/value head, R = query rows x query heads per key/value
  * head: 0.5% of the cache's bytes for R = 1, d = d_v, and for a backward pass
  * with a 16-bit tensor, which stages a key/value head's rows of every 16-bit
- * tensor in fp32 per thread). The backward queries see q, k and v only: when one
+ * tensor in fp32 per thread, or every head's once when split). The backward queries see q, k and v only: when one
  * of them is 16-bit the size covers any types of the others; when all three are
  * fp32 it covers fp32 out, dout and gradients, and a 16-bit one of those needs
  * the size queried with a 16-bit view in place of q (the fp32 size may be too
@@ -2279,11 +2286,15 @@ static void favor__ws_put(void *owned)
 }
 
 /* Threads: with OpenMP (compiled with -fopenmp) a call runs its independent
- * pieces (softmax: query blocks of every head; linear: key/value heads) on up
- * to favor_options.threads threads (0: omp_get_max_threads()), each with its own
- * slice of the workspace. Every piece is computed the same way whichever thread
- * runs it, so results do not depend on the thread count. Without OpenMP every
- * call is single-threaded. */
+ * pieces (softmax: query blocks of every head; linear: key/value heads, or their
+ * segments and row blocks, "Splitting one key/value head"; backward: key/value
+ * heads, or key parts and query blocks) on up to favor_options.threads threads
+ * (0: omp_get_max_threads()), each with its own slice of the workspace. Every
+ * piece is computed the same way whichever thread runs it, and how a call is cut
+ * into pieces depends on its shape only (the softmax backward's choice between
+ * whole heads and the split also on the thread count: both give the same bits),
+ * so results do not depend on the thread count. Without OpenMP every call is
+ * single-threaded. */
 #ifdef _OPENMP
 #include <omp.h>
 #define FAVOR__TID() ((size_t)omp_get_thread_num())
@@ -3415,78 +3426,325 @@ static float favor__linear_scale(const favor_features *f, const favor_options *o
     return (opts && opts->scale > 0.0f) ? opts->scale : f->scale;
 }
 
-FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
-                                                  const favor_tensor *q, const favor_tensor *k,
-                                                  const favor_tensor *v,
-                                                  const favor_options *opts)
+/* absorb keys [j0, j1) of head qg->g into S, z (scale *c), C rows at a time */
+static void favor__lin_absorb_rows(const favor__map *mp, float *S, float *z, float *c,
+                                   const favor__qgroup *qg, size_t j0, size_t j1, size_t dv,
+                                   favor__chunk *cb)
 {
-    size_t slice, at;
-    if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
-    return favor__ws_bytes(favor__slices(favor__linear_call_floats(f, q, k, v, 1, &at),
-                                         favor__nthreads(opts), &slice));
+    size_t C = FAVOR__CHUNK, ldk, ldv;
+    for (; j0 < j1; j0 += C) {
+        size_t nr = j1 - j0 < C ? j1 - j0 : C;
+        const float *K, *V;
+        if (j0 + nr < j1) {
+            size_t nn = j1 - j0 - nr < C ? j1 - j0 - nr : C;
+            favor__prefetch_rows(qg->k, qg->g, j0 + nr, nn);
+            favor__prefetch_rows(qg->v, qg->g, j0 + nr, nn);
+        }
+        K = favor__in(qg->k, qg->g, j0, nr, qg->kb, &ldk);
+        V = favor__in(qg->v, qg->g, j0, nr, qg->vb, &ldv);
+        favor__lin_absorb(mp, S, z, c, K, ldk, V, ldv, nr, dv, cb);
+    }
 }
 
-/* one key/value head g and its group of query heads; ws: S, z, chunk buffers,
- * then the row buffers at io */
+/* The buffers of a linear pass in a thread's slice ws: S, z and their errors
+ * (2 width (d_v + 1) floats), the chunk buffers, the tile, then the row buffers
+ * at io; qg set up for key/value head g and its query heads. */
+static void favor__lin_carve(const favor__map *mp, const favor_tensor *q, const favor_tensor *k,
+                             const favor_tensor *v, const favor_tensor *out,
+                             const favor__shape *sh, size_t g, float *ws, size_t io,
+                             favor__chunk *cb, favor__qgroup *qg)
+{
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK;
+    favor__chunk_carve(cb, ws + 2 * w * (dv + 1), C, w);
+    cb->comp = ws + w * (dv + 1);
+    cb->tile = ws + 2 * w * (dv + 1) + favor__chunk_floats(C, w);
+    qg->q = q;
+    qg->o = out;
+    qg->k = k;
+    qg->v = v;
+    qg->h0 = g * grp;
+    qg->count = grp;
+    qg->g = g;
+    qg->r0 = qg->kr0 = 0;
+    favor__qgroup_carve(qg, ws + io);
+}
+
+/* non-causal output rows [i0, i1) of query head h from a finished state, C rows
+ * at a time from i0 (a multiple of C: a row's result does not depend on which
+ * call computes it) */
+static void favor__lin_output_rows(const favor__map *mp, const float *S, const float *z,
+                                   const favor__qgroup *qg, size_t h, size_t i0, size_t i1,
+                                   size_t dv, favor__chunk *cb)
+{
+    size_t i, ldq, ldo, C = FAVOR__CHUNK;
+    for (i = i0; i < i1; i += C) {
+        size_t nr = i1 - i < C ? i1 - i : C;
+        const float *Q;
+        float *O;
+        if (i + nr < i1) favor__prefetch_rows(qg->q, h, i + nr, i1 - i - nr < C ? i1 - i - nr : C);
+        Q = favor__in(qg->q, h, i, nr, qg->qb, &ldq);
+        O = favor__out(qg->o, h, i, qg->ob, &ldo);
+        favor__lin_output(mp, S, z, Q, ldq, O, ldo, nr, dv, cb);
+        favor__out_done(qg->o, h, i, nr, O, ldo);
+    }
+}
+
+/* keys every causal row sees (n_k > n), and rows that see no key (n_k < n) */
+static void favor__causal_edges(const favor__shape *sh, size_t *pre, size_t *skip)
+{
+    *pre = sh->nk >= sh->n ? sh->nk - sh->n : 0;
+    *skip = sh->nk < sh->n ? sh->n - sh->nk : 0;
+}
+
+/* one key/value head g and its group of query heads, on the thread's slice ws */
 static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
                                  const favor_tensor *k, const favor_tensor *v,
                                  const favor_tensor *out, const favor__shape *sh, int causal,
                                  size_t g, float *ws, size_t io)
 {
-    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, pre = 0, skip = 0, t, i, j0;
-    size_t ldk, ldv, ldq, ldo, C = FAVOR__CHUNK;
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, pre, skip, t;
     float *S = ws, *z = ws + w * dv, c = -INFINITY;
     favor__chunk cb;
     favor__qgroup qg;
-    favor__chunk_carve(&cb, ws + 2 * w * (dv + 1), C, w);
-    cb.comp = ws + w * (dv + 1);
-    cb.tile = ws + 2 * w * (dv + 1) + favor__chunk_floats(C, w);
+    favor__lin_carve(mp, q, k, v, out, sh, g, ws, io, &cb, &qg);
     memset(S, 0, 2 * w * (dv + 1) * sizeof(float)); /* S, z, their errors */
-    qg.q = q;
-    qg.o = out;
-    qg.k = k;
-    qg.v = v;
-    qg.h0 = g * grp;
-    qg.count = grp;
-    qg.g = g;
-    favor__qgroup_carve(&qg, ws + io);
-    if (causal) {
-        if (sh->nk >= sh->n) pre = sh->nk - sh->n; /* keys every row sees */
-        else skip = sh->n - sh->nk;                /* rows that see no key */
-    } else {
-        pre = sh->nk;
-    }
-    for (j0 = 0; j0 < pre; j0 += C) {
-        size_t nr = pre - j0 < C ? pre - j0 : C;
-        const float *K, *V;
-        if (j0 + nr < pre) {
-            size_t nn = pre - j0 - nr < C ? pre - j0 - nr : C;
-            favor__prefetch_rows(k, g, j0 + nr, nn);
-            favor__prefetch_rows(v, g, j0 + nr, nn);
-        }
-        K = favor__in(k, g, j0, nr, qg.kb, &ldk);
-        V = favor__in(v, g, j0, nr, qg.vb, &ldv);
-        favor__lin_absorb(mp, S, z, &c, K, ldk, V, ldv, nr, dv, &cb);
-    }
+    favor__causal_edges(sh, &pre, &skip);
     if (!causal) {
-        for (t = 0; t < grp; ++t)
-            for (i = 0; i < sh->n; i += C) {
-                size_t h = g * grp + t, nr = sh->n - i < C ? sh->n - i : C;
-                const float *Q;
-                float *O;
-                if (i + nr < sh->n)
-                    favor__prefetch_rows(q, h, i + nr, sh->n - i - nr < C ? sh->n - i - nr : C);
-                Q = favor__in(q, h, i, nr, qg.qb, &ldq);
-                O = favor__out(out, h, i, qg.ob, &ldo);
-                favor__lin_output(mp, S, z, Q, ldq, O, ldo, nr, dv, &cb);
-                favor__out_done(out, h, i, nr, O, ldo);
-            }
+        favor__lin_absorb_rows(mp, S, z, &c, &qg, 0, sh->nk, dv, &cb);
+        for (t = 0; t < grp; ++t) favor__lin_output_rows(mp, S, z, &qg, g * grp + t, 0, sh->n, dv, &cb);
         return;
     }
+    favor__lin_absorb_rows(mp, S, z, &c, &qg, 0, pre, dv, &cb);
     for (t = 0; t < grp; ++t) favor__zero_rows(out, g * grp + t, 0, skip);
     qg.r0 = skip;
     qg.kr0 = pre;
     favor__lin_causal_run(mp, S, z, &c, sh->n - skip, dv, &qg, &cb);
+}
+
+/* Splitting one key/value head. When a call has fewer than FAVOR__SPLIT
+ * key/value heads, each head's keys are cut into `parts` segments of `seg` rows
+ * (a multiple of C, at least FAVOR__SEGMIN; at most about FAVOR__SPLIT segments
+ * in all), from the shape alone, never the thread count, so results do not
+ * depend on it. A pass then runs in three steps, each a loop of independent
+ * items:
+ *   1. every segment's sums (S, z with their errors, at their own scale c) from
+ *      a zero state, into its slot of a shared array (hkv x parts slots);
+ *   2. per head, slot p += slot p - 1 in order: slot p holds the state of keys
+ *      [0, end of segment p), compensated (the errors merge with the sums);
+ *   3. non-causal: blocks of FAVOR__ROWBLK output rows of every query head from
+ *      the last slot; causal (the chunk-parallel scan): segment p's rows of every
+ *      query head, run as the one-head pass runs them, from a private copy of
+ *      slot p - 1 (the state of every earlier key).
+ * With one segment the results are those of the one-head pass bit for bit (step
+ * 1 absorbs the keys as it does; step 3 computes each row as it does). The
+ * workspace grows by the slots: independent of n. */
+#define FAVOR__SPLIT 8
+#define FAVOR__SEGMIN 512
+#define FAVOR__ROWBLK 256
+
+typedef struct {
+    size_t parts, seg;  /* segments of a key/value head, and their rows */
+    size_t cap;         /* the most segments any n gives: the slots reserved */
+    size_t slot;        /* floats of a slot: S, z, errors, c (rounded to 64 bytes) */
+} favor__split;
+
+/* 1 when a call with hkv key/value heads is split (fills sp) */
+static int favor__split_plan(size_t hkv, size_t nk, size_t w, size_t dv, favor__split *sp)
+{
+    size_t want = (FAVOR__SPLIT + hkv - 1) / hkv, seg, a = FAVOR__ALIGN / sizeof(float);
+    sp->parts = sp->cap = 1;
+    sp->seg = nk;
+    sp->slot = 0;
+    if (hkv >= FAVOR__SPLIT) return 0;
+    sp->cap = want;
+    seg = nk / want + (nk % want != 0);
+    seg = (seg + FAVOR__CHUNK - 1) / FAVOR__CHUNK * FAVOR__CHUNK;
+    if (seg < FAVOR__SEGMIN) seg = FAVOR__SEGMIN;
+    sp->seg = seg;
+    sp->parts = nk ? nk / seg + (nk % seg != 0) : 1;
+    sp->slot = (2 * w * (dv + 1) + 1 + a - 1) / a * a; /* w, dv: already checked small */
+    return 1;
+}
+
+/* floats of a linear forward on nt threads: the slices (slice floats each; the
+ * row buffers at io of a slice), then, when split, the slots at *at */
+static size_t favor__linear_fwd_floats(const favor_features *f, const favor_tensor *q,
+                                       const favor_tensor *k, const favor_tensor *v, size_t nt,
+                                       int extend, size_t *slice, size_t *io, favor__split *sp,
+                                       int *split, size_t *at)
+{
+    size_t all, s;
+    *split = favor__split_plan(favor__nheads(k), k->rows,
+                               favor__width(f->kernel, f->dim, f->count), v->cols, sp) &&
+             (!extend || sp->parts > 1);
+    all = favor__slices(favor__linear_call_floats(f, q, k, v, !extend || *split, io), nt, slice);
+    *at = all;
+    if (!all || !*split) return all;
+    if (!favor__mul_ok(favor__nheads(k) * sp->cap, sp->slot, &s) || !favor__add_ok(all, s, &all) ||
+        all > SIZE_MAX / sizeof(float))
+        return 0;
+    return all;
+}
+
+/* dst (S, z, errors: 2 n floats, at scale *cd) += src (at scale cs), compensated:
+ * src's sums less their errors, brought to the common scale, are added to dst's
+ * with dst's errors. tmp: n floats. */
+static void favor__state_merge(float *dst, float *cd, const float *src, float cs, size_t n,
+                               float *tmp)
+{
+    float m;
+    if (cs == -INFINITY) return; /* src is empty */
+    m = *cd > cs ? *cd : cs;
+    if (*cd != m) {
+        favor__scal(dst, favor__s_exp(*cd - m), 2 * n);
+        *cd = m;
+    }
+    memcpy(tmp, src, n * sizeof(float));
+    favor__axpy(tmp, -1.0f, src + n, n);
+    if (cs != m) favor__scal(tmp, favor__s_exp(cs - m), n);
+    favor__kahan_add(dst, dst + n, tmp, n);
+}
+
+/* step 1: the sums of segment p of head g into its slot */
+static void favor__split_sums(const favor__map *mp, const favor__split *sp,
+                              const favor__shape *sh, float *slot, size_t p, int comp,
+                              favor__qgroup *qg, favor__chunk *cb)
+{
+    size_t w = mp->width, dv = sh->dv, j0 = p * sp->seg;
+    size_t j1 = sh->nk - j0 < sp->seg ? sh->nk : j0 + sp->seg;
+    float c = -INFINITY;
+    memset(slot, 0, 2 * w * (dv + 1) * sizeof(float));
+    cb->comp = comp ? slot + w * (dv + 1) : NULL; /* else the errors stay 0 */
+    favor__lin_absorb_rows(mp, slot, slot + w * dv, &c, qg, j0, j1, dv, cb);
+    slot[2 * w * (dv + 1)] = c;
+}
+
+/* step 2: the slots of one head become prefix states */
+static void favor__split_scan(const favor__split *sp, size_t n, float *slots, float *tmp)
+{
+    size_t p;
+    for (p = 1; p < sp->parts; ++p) {
+        float *dst = slots + p * sp->slot;
+        const float *src = dst - sp->slot;
+        favor__state_merge(dst, dst + 2 * n, src, src[2 * n], n, tmp);
+    }
+}
+
+/* step 3, causal: segment p of head g on the state S, z (errors E, scale *c) of
+ * the keys before it */
+static void favor__split_causal(const favor__map *mp, const favor__split *sp,
+                                const favor__shape *sh, size_t p, float *S, float *z,
+                                float *E, float *c, favor__qgroup *qg, favor__chunk *cb)
+{
+    size_t dv = sh->dv, pre, skip, t;
+    size_t j0 = p * sp->seg, j1 = sh->nk - j0 < sp->seg ? sh->nk : j0 + sp->seg, ks;
+    favor__causal_edges(sh, &pre, &skip);
+    if (!p)
+        for (t = 0; t < qg->count; ++t) favor__zero_rows(qg->o, qg->h0 + t, 0, skip);
+    cb->comp = E;
+    ks = j0 > pre ? j0 : pre < j1 ? pre : j1;
+    favor__lin_absorb_rows(mp, S, z, c, qg, j0, ks, dv, cb);
+    if (ks == j1) return;
+    qg->kr0 = ks;
+    qg->r0 = skip + (ks - pre);
+    favor__lin_causal_run(mp, S, z, c, j1 - ks, dv, qg, cb);
+}
+
+/* a slot's state (S, z, errors, c) copied into ws (c into *c); src NULL: zero */
+static void favor__slot_load(const float *src, size_t n, float *ws, float *c)
+{
+    if (src) {
+        memcpy(ws, src, 2 * n * sizeof(float));
+        *c = src[2 * n];
+    } else {
+        memset(ws, 0, 2 * n * sizeof(float));
+        *c = -INFINITY;
+    }
+}
+
+/* step 1 for every head, as the loop of a parallel region (mine: this thread's
+ * slice); causal: the last segment's sums are not needed */
+static void favor__split_step1(const favor__map *mp, const favor_tensor *q,
+                               const favor_tensor *k, const favor_tensor *v,
+                               const favor_tensor *out, const favor__shape *sh,
+                               const favor__split *sp, float *slots, float *mine, size_t io,
+                               int causal)
+{
+    long it, items = (long)(sh->hkv * sp->parts);
+    favor__chunk cb;
+    favor__qgroup qg;
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+    for (it = 0; it < items; ++it) {
+        size_t g = (size_t)it / sp->parts, p = (size_t)it % sp->parts;
+        if (causal && p + 1 == sp->parts) continue;
+        favor__lin_carve(mp, q, k, v, out, sh, g, mine, io, &cb, &qg);
+        favor__split_sums(mp, sp, sh, slots + g * (sp->parts * sp->slot) + p * sp->slot, p, 1,
+                          &qg, &cb);
+    }
+}
+
+/* The three steps of a split linear pass over every key/value head (slots: the
+ * shared array, ws + t slice: thread t's buffers). */
+static void favor__linear_split(const favor__map *mp, const favor_tensor *q,
+                                const favor_tensor *k, const favor_tensor *v,
+                                const favor_tensor *out, const favor__shape *sh, int causal,
+                                const favor__split *sp, float *slots, float *ws, size_t slice,
+                                size_t io, size_t nt)
+{
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, per = sp->parts * sp->slot;
+    size_t blocks = (sh->n + FAVOR__ROWBLK - 1) / FAVOR__ROWBLK;
+    long it, sums = (long)(sh->hkv * sp->parts);
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)nt)
+#endif
+    {
+        float *mine = ws + FAVOR__TID() * slice;
+        favor__chunk cb;
+        favor__qgroup qg;
+        long items;
+        favor__split_step1(mp, q, k, v, out, sh, sp, slots, mine, io, causal);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < (long)sh->hkv; ++it)
+            favor__split_scan(sp, w * (dv + 1), slots + (size_t)it * per, mine);
+        items = causal ? sums : (long)(sh->hq * blocks);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < items; ++it) {
+            if (causal) {
+                size_t g = (size_t)it / sp->parts, p = (size_t)it % sp->parts;
+                size_t n = w * (dv + 1);
+                float c;
+                favor__lin_carve(mp, q, k, v, out, sh, g, mine, io, &cb, &qg);
+                favor__slot_load(p ? slots + g * per + (p - 1) * sp->slot : NULL, n, mine, &c);
+                favor__split_causal(mp, sp, sh, p, mine, mine + w * dv, mine + n, &c, &qg, &cb);
+            } else {
+                size_t h = (size_t)it / blocks, i0 = ((size_t)it % blocks) * FAVOR__ROWBLK;
+                size_t i1 = sh->n - i0 < FAVOR__ROWBLK ? sh->n : i0 + FAVOR__ROWBLK;
+                const float *last = slots + (h / grp) * per + (sp->parts - 1) * sp->slot;
+                favor__lin_carve(mp, q, k, v, out, sh, h / grp, mine, io, &cb, &qg);
+                favor__lin_output_rows(mp, last, last + w * dv, &qg, h, i0, i1, dv, &cb);
+            }
+        }
+    }
+}
+
+FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
+                                                  const favor_tensor *q, const favor_tensor *k,
+                                                  const favor_tensor *v,
+                                                  const favor_options *opts)
+{
+    size_t slice, io, at;
+    favor__split sp;
+    int split;
+    if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
+    return favor__ws_bytes(
+        favor__linear_fwd_floats(f, q, k, v, favor__nthreads(opts), 0, &slice, &io, &sp, &split, &at));
 }
 
 FAVOR_API favor_status favor_linear_attention(const favor_features *f, const favor_tensor *q,
@@ -3501,20 +3759,26 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
     void *owned;
     int causal;
     long g;
-    size_t floats, nt, slice, io;
+    size_t floats, nt, slice, io, at;
+    favor__split sp;
+    int split;
     if ((st = favor__check_linear(f, q, k, v, out, opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
-    if (!(floats = favor__slices(favor__linear_call_floats(f, q, k, v, 1, &io), nt, &slice)))
+    if (!(floats = favor__linear_fwd_floats(f, q, k, v, nt, 0, &slice, &io, &sp, &split, &at)))
         return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
     causal = opts && (opts->flags & FAVOR_CAUSAL);
+    if (split) {
+        favor__linear_split(&mp, q, k, v, out, &sh, causal, &sp, ws + at, ws, slice, io, nt);
+    } else {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
-    for (g = 0; g < (long)sh.hkv; ++g)
-        favor__linear_kvhead(&mp, q, k, v, out, &sh, causal, (size_t)g,
-                             ws + FAVOR__TID() * slice, io);
+        for (g = 0; g < (long)sh.hkv; ++g)
+            favor__linear_kvhead(&mp, q, k, v, out, &sh, causal, (size_t)g,
+                                 ws + FAVOR__TID() * slice, io);
+    }
     favor__ws_put(owned);
     return FAVOR_OK;
 }
@@ -3726,12 +3990,78 @@ static void favor__extend_head(const favor__map *mp, favor_state *st, const favo
                           st->dv, &qg, cb);
 }
 
+/* favor_linear_extend split as a causal linear pass is (see "Splitting one
+ * key/value head"), st's state entering the first segment: step 1 as there (the
+ * last segment's slot is free); step 2 folds st's pending tokens, copies st's
+ * state into the free slot and scans with st first (slot 0 += st); step 3 runs
+ * the first segment on a copy of st, the middle ones on copies of their slots
+ * and the last one in st itself, from the state of every key before it. */
+static void favor__extend_split(const favor__map *mp, favor_state *st, const favor_tensor *q,
+                                const favor_tensor *k, const favor_tensor *v,
+                                const favor_tensor *out, const favor__shape *sh,
+                                const favor__split *sp, float *slots, float *ws, size_t slice,
+                                size_t io, size_t nt)
+{
+    size_t w = mp->width, dv = sh->dv, n = w * (dv + 1), per = sp->parts * sp->slot;
+    long it, items = (long)(sh->hkv * sp->parts);
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)nt)
+#endif
+    {
+        float *mine = ws + FAVOR__TID() * slice;
+        favor__chunk cb;
+        favor__qgroup qg;
+        favor__split_step1(mp, q, k, v, out, sh, sp, slots, mine, io, 1);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < (long)sh->hkv; ++it) {
+            size_t g = (size_t)it, p;
+            float *mys = slots + g * per, *spare = mys + (sp->parts - 1) * sp->slot;
+            favor__lin_carve(mp, q, k, v, out, sh, g, mine, io, &cb, &qg);
+            if (favor__npend(st)) favor__pend_fold(mp, st, g, favor__npend(st), &cb);
+            memcpy(spare, st->s + g * w * dv, w * dv * sizeof(float));
+            memcpy(spare + w * dv, st->z + g * w, w * sizeof(float));
+            memcpy(spare + n, st->comp + g * n, n * sizeof(float));
+            spare[2 * n] = st->c[g];
+            for (p = 0; p + 1 < sp->parts; ++p) {
+                const float *src = p ? mys + (p - 1) * sp->slot : spare;
+                favor__state_merge(mys + p * sp->slot, mys + p * sp->slot + 2 * n, src, src[2 * n],
+                                   n, mine);
+            }
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < items; ++it) {
+            size_t g = (size_t)it / sp->parts, p = (size_t)it % sp->parts;
+            const float *from = slots + g * per + (p ? p - 1 : sp->parts - 1) * sp->slot;
+            float c;
+            favor__lin_carve(mp, q, k, v, out, sh, g, mine, io, &cb, &qg);
+            if (p + 1 < sp->parts) {
+                favor__slot_load(from, n, mine, &c);
+                favor__split_causal(mp, sp, sh, p, mine, mine + w * dv, mine + n, &c, &qg, &cb);
+            } else { /* the last segment: in st */
+                float *S = st->s + g * w * dv, *z = st->z + g * w, *E = st->comp + g * n;
+                memcpy(S, from, w * dv * sizeof(float));
+                memcpy(z, from + w * dv, w * sizeof(float));
+                memcpy(E, from + n, n * sizeof(float));
+                st->c[g] = from[2 * n];
+                favor__split_causal(mp, sp, sh, p, S, z, E, st->c + g, &qg, &cb);
+            }
+        }
+    }
+}
+
 FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const favor_state *st,
                                                const favor_tensor *q, const favor_tensor *k,
                                                const favor_tensor *v,
                                                const favor_options *opts)
 {
-    size_t slice, at;
+    size_t slice, io, at;
+    favor__split sp;
+    int split;
     favor__why w = favor__why_of(opts);
     if (!st) {
         (void)favor__no(&w, FAVOR_E_NULL, "st is NULL");
@@ -3740,8 +4070,8 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f, const fa
     if (!favor__query_ok(f, 1, q, k, v, opts) ||
         favor__same(&w, "v", "cols", v->cols, "st", st->dv) != FAVOR_OK)
         return 0;
-    return favor__ws_bytes(favor__slices(favor__linear_call_floats(f, q, k, v, 0, &at),
-                                         favor__nthreads(opts), &slice));
+    return favor__ws_bytes(favor__linear_fwd_floats(f, q, k, v, favor__nthreads(opts), 1, &slice,
+                                                    &io, &sp, &split, &at));
 }
 
 FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state *st,
@@ -3755,22 +4085,28 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
     float *ws;
     void *owned;
     long g;
-    size_t floats, nt, slice, io;
+    size_t floats, nt, slice, io, at;
+    favor__split sp;
+    int split;
     if ((s = favor__check_extend(f, st, q, k, v, out, opts, &sh)) != FAVOR_OK) return s;
     nt = favor__nthreads(opts);
-    if (!(floats = favor__slices(favor__linear_call_floats(f, q, k, v, 0, &io), nt, &slice)))
+    if (!(floats = favor__linear_fwd_floats(f, q, k, v, nt, 1, &slice, &io, &sp, &split, &at)))
         return favor__too_big(opts);
     if ((s = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return s;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
+    if (split) {
+        favor__extend_split(&mp, st, q, k, v, out, &sh, &sp, ws + at, ws, slice, io, nt);
+    } else {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
-    for (g = 0; g < (long)st->heads; ++g) {
-        favor__chunk cb;
-        float *mine = ws + FAVOR__TID() * slice;
-        favor__chunk_carve(&cb, mine, FAVOR__CHUNK, st->width);
-        cb.tile = mine + favor__chunk_floats(FAVOR__CHUNK, st->width);
-        favor__extend_head(&mp, st, q, k, v, out, (size_t)g, &cb, mine + io);
+        for (g = 0; g < (long)st->heads; ++g) {
+            favor__chunk cb;
+            float *mine = ws + FAVOR__TID() * slice;
+            favor__chunk_carve(&cb, mine, FAVOR__CHUNK, st->width);
+            cb.tile = mine + favor__chunk_floats(FAVOR__CHUNK, st->width);
+            favor__extend_head(&mp, st, q, k, v, out, (size_t)g, &cb, mine + io);
+        }
     }
     st->c[st->heads] = 0.0f; /* every head folded what was pending */
     st->tokens += sh.n;
@@ -3896,7 +4232,15 @@ static size_t favor__bwd_stage_floats(const favor_tensor *q, const favor_tensor 
  * The lse is the forward's (opts->lse) or comes from a first pass over the keys
  * with the forward's running statistics. A work item is a key/value head (its
  * dK, dV rows are shared by its query heads), so threads never write the same
- * row. */
+ * row. When that would leave threads idle (fewer heads than threads, or a
+ * share of them: favor__softmax_bwd_split), the work is split inside a head
+ * without atomics, at the price of computing P and dP twice: pass A, items of
+ * key rows, computes dK and dV, each key row over the query heads and blocks
+ * in the order of the one-head pass; pass B, items of BQ query rows, computes
+ * dQ over the key tiles in that order (the lse, when not given, first comes
+ * from a pass over query blocks into the workspace). Every sum is the one-head
+ * pass's, term for term and in order, so the results are bit-identical
+ * whichever way the call is split. */
 static size_t favor__softmax_bwd_floats(size_t d, size_t dv)
 {
     size_t a, b;
@@ -3905,13 +4249,39 @@ static size_t favor__softmax_bwd_floats(size_t d, size_t dv)
     return favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
 }
 
-/* query rows [i0, i0 + BQ) of one query head against its key/value head */
+/* The lse of nq query rows (Qt: favor__softmax_qt) over the keys [0, kend) they
+ * see, with the forward's running statistics. */
+static void favor__softmax_bwd_lse(const float *Qt, const float *K, size_t ldk, size_t n,
+                                   size_t nk, size_t d, int causal, size_t i0, size_t nq,
+                                   size_t kend, float *St, float *m, float *alpha, float *mc,
+                                   float *tmp, float *L)
+{
+    double l[FAVOR__BQ];
+    size_t j0, r;
+    for (r = 0; r < FAVOR__BQ; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0;
+    }
+    for (j0 = 0; j0 < kend; j0 += FAVOR__BK) {
+        size_t nb = kend - j0 < FAVOR__BK ? kend - j0 : FAVOR__BK;
+        favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
+        favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
+    }
+    for (r = 0; r < nq; ++r) L[r] = favor__softmax_lse(m[r], l[r]);
+}
+
+#define FAVOR__DQ 1  /* a block computes dQ */
+#define FAVOR__DKV 2 /* a block computes dK, dV */
+
+/* query rows [i0, i0 + BQ) of one query head against the key tiles from kb0 (a
+ * multiple of BK) to kb1 of its key/value head: dQ and/or dK, dV (what) */
 static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K, size_t ldk,
                                      const float *V, size_t ldv, const float *O, size_t ldo,
                                      const float *G, size_t ldg, float *DQ, size_t lddq,
                                      float *DK, size_t lddk, float *DV, size_t lddv,
-                                     const float *lse, size_t n, size_t nk, size_t d, size_t dv,
-                                     float s, int causal, size_t i0, float *ws)
+                                     const float *lse, size_t ldl, size_t n, size_t nk, size_t d,
+                                     size_t dv, float s, int causal, size_t i0, size_t kb0,
+                                     size_t kb1, int what, float *ws)
 {
     const size_t BQ = FAVOR__BQ, BK = FAVOR__BK;
     float *Qt = ws, *Gt = Qt + d * BQ, *St = Gt + dv * BQ, *dPt = St + BK * BQ;
@@ -3921,22 +4291,14 @@ static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K,
     size_t nq = n - i0 < BQ ? n - i0 : BQ;
     size_t kend = causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
     favor__softmax_qt(Q + i0 * ldq, ldq, nq, d, s, Qt);
-    for (r = 0; r < nq; ++r) memset(DQ + (i0 + r) * lddq, 0, d * sizeof(float));
-    if (lse) {
-        for (r = 0; r < nq; ++r) L[r] = lse[i0 + r];
+    if (lse) { /* (read before dq's rows are zeroed: they may hold it) */
+        for (r = 0; r < nq; ++r) L[r] = lse[(i0 + r) * ldl];
     } else {
-        double l[FAVOR__BQ];
-        for (r = 0; r < BQ; ++r) {
-            m[r] = -INFINITY;
-            l[r] = 0.0;
-        }
-        for (j0 = 0; j0 < kend; j0 += BK) {
-            size_t nb = kend - j0 < BK ? kend - j0 : BK;
-            favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
-            favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
-        }
-        for (r = 0; r < nq; ++r) L[r] = favor__softmax_lse(m[r], l[r]);
+        favor__softmax_bwd_lse(Qt, K, ldk, n, nk, d, causal, i0, nq, kend, St, m, alpha, mc, tmp, L);
     }
+    if (what & FAVOR__DQ)
+        for (r = 0; r < nq; ++r) memset(DQ + (i0 + r) * lddq, 0, d * sizeof(float));
+    if (kend > kb1) kend = kb1;
     for (r = 0; r < BQ; ++r) /* P = 0 in a lane without a row or without a key */
         if (r >= nq || L[r] == -INFINITY) L[r] = INFINITY;
     favor__transpose(nq, dv, G + i0 * ldg, ldg, Gt, BQ);
@@ -3944,7 +4306,7 @@ static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K,
         for (r = nq; r < BQ; ++r) Gt[c * BQ + r] = 0.0f;
     for (r = 0; r < BQ; ++r)
         D[r] = r < nq ? favor__dot(G + (i0 + r) * ldg, O + (i0 + r) * ldo, dv) : 0.0f;
-    for (j0 = 0; j0 < kend; j0 += BK) {
+    for (j0 = kb0; j0 < kend; j0 += BK) {
         size_t j, nb = kend - j0 < BK ? kend - j0 : BK;
         favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
         for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, L, BQ); /* P^T */
@@ -3953,16 +4315,22 @@ static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K,
         if (causal) { /* query row r and key j0 + j meet only when r sees the key */
             ptrdiff_t rows = favor__causal_base(i0 + 1 + nk, n + j0);
             ptrdiff_t keys = favor__causal_base(j0 + n, nk + i0);
-            favor__gemm_stair(nb, dv, nq, 1, keys, St, BQ, 1, G + i0 * ldg, ldg,
-                              DV + j0 * lddv, lddv);
-            favor__gemm_stair(nq, d, nb, 0, rows, dPt, 1, BQ, K + j0 * ldk, ldk,
-                              DQ + i0 * lddq, lddq);
-            favor__gemm_stair(nb, d, nq, 1, keys, dPt, BQ, 1, Q + i0 * ldq, ldq,
-                              DK + j0 * lddk, lddk);
+            if (what & FAVOR__DKV)
+                favor__gemm_stair(nb, dv, nq, 1, keys, St, BQ, 1, G + i0 * ldg, ldg,
+                                  DV + j0 * lddv, lddv);
+            if (what & FAVOR__DQ)
+                favor__gemm_stair(nq, d, nb, 0, rows, dPt, 1, BQ, K + j0 * ldk, ldk,
+                                  DQ + i0 * lddq, lddq);
+            if (what & FAVOR__DKV)
+                favor__gemm_stair(nb, d, nq, 1, keys, dPt, BQ, 1, Q + i0 * ldq, ldq,
+                                  DK + j0 * lddk, lddk);
         } else {
-            favor__gemm(nb, dv, nq, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv, lddv, 1);
-            favor__gemm(nq, d, nb, dPt, 1, BQ, K + j0 * ldk, ldk, DQ + i0 * lddq, lddq, 1);
-            favor__gemm(nb, d, nq, dPt, BQ, 1, Q + i0 * ldq, ldq, DK + j0 * lddk, lddk, 1);
+            if (what & FAVOR__DKV)
+                favor__gemm(nb, dv, nq, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv, lddv, 1);
+            if (what & FAVOR__DQ)
+                favor__gemm(nq, d, nb, dPt, 1, BQ, K + j0 * ldk, ldk, DQ + i0 * lddq, lddq, 1);
+            if (what & FAVOR__DKV)
+                favor__gemm(nb, d, nq, dPt, BQ, 1, Q + i0 * ldq, ldq, DK + j0 * lddk, lddk, 1);
         }
     }
 }
@@ -3986,16 +4354,63 @@ static size_t favor__softmax_bwd_call_floats(const favor_tensor *q, const favor_
     return a && favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
 }
 
-FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *q,
-                                                            const favor_tensor *k,
-                                                            const favor_tensor *v,
-                                                            const favor_options *opts)
+/* The fp32 views of key/value head hk's tensors and its query heads' (favor__stage
+ * from p; widen: copy the 16-bit inputs in) */
+typedef struct {
+    favor_tensor Q, O, G, DQ, K, V, GK, GV;
+} favor__sbv;
+
+static void favor__sbv_make(favor__sbv *x, const favor_tensor *q, const favor_tensor *k,
+                            const favor_tensor *v, const favor_tensor *out,
+                            const favor_tensor *dout, const favor_tensor *dq,
+                            const favor_tensor *dk, const favor_tensor *dv, size_t grp,
+                            size_t hk, int widen, float *p)
 {
-    size_t slice;
-    if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
-    return favor__ws_bytes(favor__slices(
-        favor__softmax_bwd_call_floats(q, k, v, q, q, q, k, v, favor__any16(q, k, v)),
-        favor__nthreads(opts), &slice));
+    x->Q = favor__stage(q, hk * grp, grp, widen, &p);
+    x->O = favor__stage(out, hk * grp, grp, widen, &p);
+    x->G = favor__stage(dout, hk * grp, grp, widen, &p);
+    x->DQ = favor__stage(dq, hk * grp, grp, 0, &p);
+    x->K = favor__stage(k, hk, 1, widen, &p);
+    x->V = favor__stage(v, hk, 1, widen, &p);
+    x->GK = favor__stage(dk, hk, 1, 0, &p);
+    x->GV = favor__stage(dv, hk, 1, 0, &p);
+}
+
+/* what a softmax backward block needs besides the views */
+typedef struct {
+    const favor__shape *sh;
+    const float *lse; /* [hq][n], or NULL: each block recomputes its rows' */
+    int in_dq;        /* without lse: the split keeps it in column 0 of dq's rows */
+    float s;
+    int causal;
+} favor__sbp;
+
+/* block i0 of query head t of the group x (flat query head h), key tiles
+ * [kb0, kb1) */
+static void favor__sbv_block(const favor__sbv *x, const favor__sbp *bp, size_t t, size_t h,
+                             size_t i0, size_t kb0, size_t kb1, int what, float *ws)
+{
+    const favor__shape *sh = bp->sh;
+    favor__softmax_bwd_block(
+        (const float *)x->Q.data + t * x->Q.head_stride, x->Q.row_stride,
+        (const float *)x->K.data, x->K.row_stride, (const float *)x->V.data, x->V.row_stride,
+        (const float *)x->O.data + t * x->O.head_stride, x->O.row_stride,
+        (const float *)x->G.data + t * x->G.head_stride, x->G.row_stride,
+        (float *)x->DQ.data + t * x->DQ.head_stride, x->DQ.row_stride, (float *)x->GK.data,
+        x->GK.row_stride, (float *)x->GV.data, x->GV.row_stride,
+        bp->lse ? bp->lse + h * sh->n : bp->in_dq ? (float *)x->DQ.data + t * x->DQ.head_stride : NULL,
+        bp->lse ? 1 : x->DQ.row_stride, sh->n, sh->nk, sh->d, sh->dv, bp->s, bp->causal, i0, kb0,
+        kb1, what, ws);
+}
+
+/* zero key rows [j0, j1) of dK and dV */
+static void favor__sbv_zero_keys(const favor__sbv *x, const favor__shape *sh, size_t j0,
+                                 size_t j1)
+{
+    for (; j0 < j1; ++j0) {
+        memset((float *)x->GK.data + j0 * x->GK.row_stride, 0, sh->d * sizeof(float));
+        memset((float *)x->GV.data + j0 * x->GV.row_stride, 0, sh->dv * sizeof(float));
+    }
 }
 
 /* key/value head hk of a softmax backward, on fp32 views of its rows */
@@ -4003,39 +4418,166 @@ static void favor__softmax_bwd_head(const favor_tensor *q, const favor_tensor *k
                                     const favor_tensor *v, const favor_tensor *out,
                                     const favor_tensor *dout, const favor_tensor *dq,
                                     const favor_tensor *dk, const favor_tensor *dv,
-                                    const favor_options *opts, const favor__shape *sh, size_t hk,
-                                    float *ws)
+                                    const favor__sbp *bp, size_t hk, float *ws)
 {
-    size_t grp = sh->hq / sh->hkv, t, i0, j;
-    float s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh->d));
-    int causal = opts && (opts->flags & FAVOR_CAUSAL);
-    float *p = ws + favor__softmax_bwd_floats(sh->d, sh->dv), *DK, *DV;
-    favor_tensor Q = favor__stage(q, hk * grp, grp, 1, &p), O = favor__stage(out, hk * grp, grp, 1, &p);
-    favor_tensor G = favor__stage(dout, hk * grp, grp, 1, &p);
-    favor_tensor DQ = favor__stage(dq, hk * grp, grp, 0, &p);
-    favor_tensor K = favor__stage(k, hk, 1, 1, &p), V = favor__stage(v, hk, 1, 1, &p);
-    favor_tensor GK = favor__stage(dk, hk, 1, 0, &p), GV = favor__stage(dv, hk, 1, 0, &p);
-    DK = (float *)GK.data;
-    DV = (float *)GV.data;
-    for (j = 0; j < sh->nk; ++j) {
-        memset(DK + j * GK.row_stride, 0, sh->d * sizeof(float));
-        memset(DV + j * GV.row_stride, 0, sh->dv * sizeof(float));
-    }
-    for (t = 0; t < grp; ++t) {
-        size_t h = hk * grp + t;
+    const favor__shape *sh = bp->sh;
+    size_t grp = sh->hq / sh->hkv, t, i0;
+    favor__sbv x;
+    favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, hk, 1,
+                    ws + favor__softmax_bwd_floats(sh->d, sh->dv));
+    favor__sbv_zero_keys(&x, sh, 0, sh->nk);
+    for (t = 0; t < grp; ++t)
         for (i0 = 0; i0 < sh->n; i0 += FAVOR__BQ)
-            favor__softmax_bwd_block(
-                (const float *)Q.data + t * Q.head_stride, Q.row_stride, (const float *)K.data,
-                K.row_stride, (const float *)V.data, V.row_stride,
-                (const float *)O.data + t * O.head_stride, O.row_stride,
-                (const float *)G.data + t * G.head_stride, G.row_stride,
-                (float *)DQ.data + t * DQ.head_stride, DQ.row_stride, DK, GK.row_stride, DV,
-                GV.row_stride, opts && opts->lse ? opts->lse + h * sh->n : NULL, sh->n, sh->nk,
-                sh->d, sh->dv, s, causal, i0, ws);
+            favor__sbv_block(&x, bp, t, hk * grp + t, i0, 0, sh->nk, FAVOR__DQ | FAVOR__DKV, ws);
+    favor__unstage(dq, hk * grp, &x.DQ);
+    favor__unstage(dk, hk, &x.GK);
+    favor__unstage(dv, hk, &x.GV);
+}
+
+/* 1 when a softmax backward on nt threads splits its heads: when whole heads
+ * would keep the threads busy less than 70% of the time (the split's passes
+ * cost about 1.4 times the one-head pass) */
+static int favor__softmax_bwd_split(size_t hkv, size_t nt)
+{
+    return nt > 1 && 10 * hkv < 7 * nt * ((hkv + nt - 1) / nt);
+}
+
+/* Floats of a softmax backward's workspace on nt threads: nt slices of *slice
+ * floats (the tiles; with the staging of a head when not split); split: the
+ * staging of every head (*stg each) at *stage_at. The queries see q, k and v
+ * only: any16 counts staging for every tensor. */
+static size_t favor__softmax_bwd_plan(const favor_tensor *q, const favor_tensor *k,
+                                      const favor_tensor *v, const favor_tensor *out,
+                                      const favor_tensor *dout, const favor_tensor *dq,
+                                      const favor_tensor *dk, const favor_tensor *dv,
+                                      int any16, size_t nt, int *split, size_t *slice,
+                                      size_t *stg, size_t *stage_at)
+{
+    size_t hkv = favor__nheads(k), all, t;
+    *split = favor__softmax_bwd_split(hkv, nt);
+    if (!*split) {
+        all = favor__softmax_bwd_call_floats(q, k, v, out, dout, dq, dk, dv, any16);
+        return all ? favor__slices(all, nt, slice) : 0;
     }
-    favor__unstage(dq, hk * grp, &DQ);
-    favor__unstage(dk, hk, &GK);
-    favor__unstage(dv, hk, &GV);
+    *stg = favor__bwd_stage_floats(q, k, v, out, dout, dq, dk, dv, any16);
+    if (!(all = favor__slices(favor__softmax_bwd_floats(q->cols, v->cols), nt, slice)) ||
+        *stg == SIZE_MAX || !favor__mul_ok(*stg, hkv, &t))
+        return 0;
+    *stage_at = all;
+    if (!favor__add_ok(all, t, &all)) return 0;
+    return all <= SIZE_MAX / sizeof(float) ? all : 0;
+}
+
+FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *q,
+                                                            const favor_tensor *k,
+                                                            const favor_tensor *v,
+                                                            const favor_options *opts)
+{
+    size_t slice, stg, stage_at;
+    int split;
+    if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
+    return favor__ws_bytes(favor__softmax_bwd_plan(q, k, v, q, q, q, k, v, favor__any16(q, k, v),
+                                                   favor__nthreads(opts), &split, &slice, &stg,
+                                                   &stage_at));
+}
+
+/* The split softmax backward (see 4.12): widen every head's 16-bit inputs; the
+ * lse when not given; pass A over key parts of kp rows; pass B over query
+ * blocks, the longest first; round the gradients into 16-bit outputs. */
+static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tensor *k,
+                                         const favor_tensor *v, const favor_tensor *out,
+                                         const favor_tensor *dout, const favor_tensor *dq,
+                                         const favor_tensor *dk, const favor_tensor *dv,
+                                         favor__sbp *bp, float *ws, size_t slice, float *stage,
+                                         size_t stg, size_t nt)
+{
+    const favor__shape *sh = bp->sh;
+    size_t grp = sh->hq / sh->hkv, blocks = (sh->n + FAVOR__BQ - 1) / FAVOR__BQ, kp, parts;
+    size_t want = (4 * nt + sh->hkv - 1) / sh->hkv;
+    int any16 = q->dtype != FAVOR_F32 || k->dtype != FAVOR_F32 || v->dtype != FAVOR_F32 ||
+                out->dtype != FAVOR_F32 || dout->dtype != FAVOR_F32 ||
+                dq->dtype != FAVOR_F32 || dk->dtype != FAVOR_F32 || dv->dtype != FAVOR_F32;
+    long it;
+    /* key parts: about 4 per thread in all, whole tiles, at most 8 tiles */
+    kp = (sh->nk + want - 1) / want;
+    kp = (kp + FAVOR__BK - 1) / FAVOR__BK * FAVOR__BK;
+    if (kp > 8 * FAVOR__BK) kp = 8 * FAVOR__BK;
+    parts = (sh->nk + kp - 1) / kp;
+    bp->in_dq = !bp->lse; /* the first loops fill it, the passes read it */
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)nt)
+#endif
+    {
+        float *mine = ws + FAVOR__TID() * slice;
+        favor__sbv x;
+        if (any16) {
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (it = 0; it < (long)sh->hkv; ++it)
+                favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, (size_t)it, 1,
+                                stage + (size_t)it * stg);
+        }
+        if (bp->in_dq) { /* the lse of every row, into column 0 of its dq row */
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (it = 0; it < (long)(sh->hq * blocks); ++it) {
+                size_t h = (size_t)it / blocks, i0 = ((size_t)it % blocks) * FAVOR__BQ;
+                size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ, t = h % grp, r;
+                size_t kend = bp->causal ? favor__visible(i0 + nq - 1, sh->n, sh->nk) : sh->nk;
+                const float *Qh;
+                float *St = mine + (sh->d + sh->dv) * FAVOR__BQ, *m = St + 2 * FAVOR__BK * FAVOR__BQ;
+                favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, h / grp, 0,
+                                stage + (h / grp) * stg);
+                Qh = (const float *)x.Q.data + t * x.Q.head_stride;
+                favor__softmax_qt(Qh + i0 * x.Q.row_stride, x.Q.row_stride, nq, sh->d, bp->s, mine);
+                favor__softmax_bwd_lse(mine, (const float *)x.K.data, x.K.row_stride, sh->n, sh->nk,
+                                       sh->d, bp->causal, i0, nq, kend, St, m, m + FAVOR__BQ,
+                                       m + 2 * FAVOR__BQ, m + 3 * FAVOR__BQ, m + 4 * FAVOR__BQ);
+                for (r = 0; r < nq; ++r)
+                    ((float *)x.DQ.data + t * x.DQ.head_stride)[(i0 + r) * x.DQ.row_stride] =
+                        m[4 * FAVOR__BQ + r];
+            }
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < (long)(sh->hkv * parts); ++it) { /* pass A: dK, dV */
+            size_t g = (size_t)it / parts, j0 = ((size_t)it % parts) * kp, t, i0;
+            size_t j1 = sh->nk - j0 < kp ? sh->nk : j0 + kp;
+            favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+            favor__sbv_zero_keys(&x, sh, j0, j1);
+            for (t = 0; t < grp; ++t)
+                for (i0 = 0; i0 < sh->n; i0 += FAVOR__BQ) {
+                    size_t last = (sh->n - i0 < FAVOR__BQ ? sh->n : i0 + FAVOR__BQ) - 1;
+                    if (bp->causal && favor__visible(last, sh->n, sh->nk) <= j0) continue;
+                    favor__sbv_block(&x, bp, t, g * grp + t, i0, j0, j1, FAVOR__DKV, mine);
+                }
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < (long)(sh->hq * blocks); ++it) { /* pass B: dQ, long rows first */
+            size_t h = (size_t)it % sh->hq, i0 = (blocks - 1 - (size_t)it / sh->hq) * FAVOR__BQ;
+            favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, h / grp, 0,
+                            stage + (h / grp) * stg);
+            favor__sbv_block(&x, bp, h % grp, h, i0, 0, sh->nk, FAVOR__DQ, mine);
+        }
+        if (any16) {
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (it = 0; it < (long)sh->hkv; ++it) {
+                size_t g = (size_t)it;
+                favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+                favor__unstage(dq, g * grp, &x.DQ);
+                favor__unstage(dk, g, &x.GK);
+                favor__unstage(dv, g, &x.GV);
+            }
+        }
+    }
 }
 
 FAVOR_API favor_status favor_softmax_attention_backward(
@@ -4044,27 +4586,39 @@ FAVOR_API favor_status favor_softmax_attention_backward(
     const favor_tensor *dk, const favor_tensor *dv, const favor_options *opts)
 {
     favor__shape sh;
+    favor__sbp bp;
     favor_status st;
     float *ws;
     void *owned;
     long g;
-    size_t floats, nt, slice;
+    int split;
+    size_t floats, nt, slice, stg = 0, stage_at = 0;
     favor__why w = favor__why_of(opts);
     if ((st = favor__check_backward(q, k, v, out, dout, dq, dk, dv, 1, &sh, &w)) != FAVOR_OK)
         return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
-    if (!(floats = favor__softmax_bwd_call_floats(q, k, v, out, dout, dq, dk, dv, 0)) ||
-        !(floats = favor__slices(floats, nt, &slice)))
+    if (!(floats = favor__softmax_bwd_plan(q, k, v, out, dout, dq, dk, dv, 0, nt, &split, &slice,
+                                           &stg, &stage_at)))
         return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
+    bp.sh = &sh;
+    bp.lse = opts ? opts->lse : NULL;
+    bp.in_dq = 0;
+    bp.s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
+    bp.causal = opts && (opts->flags & FAVOR_CAUSAL);
+    if (split) {
+        favor__softmax_bwd_split_run(q, k, v, out, dout, dq, dk, dv, &bp, ws, slice,
+                                     ws + stage_at, stg, nt);
+    } else {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
-    for (g = 0; g < (long)sh.hkv; ++g)
-        favor__softmax_bwd_head(q, k, v, out, dout, dq, dk, dv, opts, &sh, (size_t)g,
-                                ws + FAVOR__TID() * slice);
+        for (g = 0; g < (long)sh.hkv; ++g)
+            favor__softmax_bwd_head(q, k, v, out, dout, dq, dk, dv, &bp, (size_t)g,
+                                    ws + FAVOR__TID() * slice);
+    }
     favor__ws_put(owned);
     return FAVOR_OK;
 }
@@ -4337,53 +4891,58 @@ typedef struct {
     const favor_tensor *q, *k, *v, *g, *dq, *dk, *dv;
 } favor__bwd_args;
 
-/* Non-causal backward of key/value head hk. */
-static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *x,
-                                   const favor__shape *sh, size_t hk, favor__bwd *b)
+/* Non-causal rows [i0, i1) (from a multiple of C) of query head t of the group of
+ * key/value head hk, from the state b->S, b->z: dq, with R, rz (at scale lam)
+ * accumulating them. */
+static void favor__bwd_full_rows(const favor__map *mp, const favor__bwd_args *x,
+                                 const favor__shape *sh, size_t hk, size_t t, size_t i0,
+                                 size_t i1, favor__bwd *b, float *lam)
 {
-    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j0;
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, i;
+    size_t h = hk * grp + t;
+    const float *Q = (float *)x->q->data + h * x->q->head_stride;
+    const float *G = (float *)x->g->data + h * x->g->head_stride;
+    float *DQ = (float *)x->dq->data + h * x->dq->head_stride;
+    size_t ldq = x->q->row_stride, ldg = x->g->row_stride, lddq = x->dq->row_stride;
+    for (i = i0; i < i1; i += C) {
+        size_t r, nr = i1 - i < C ? i1 - i : C;
+        float lo[2] = { 0.0f, INFINITY };
+        favor__phi_raw(mp, Q + i * ldq, ldq, nr, b->cb.qf, w, b->cb.rq);
+        favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
+        favor__transpose(nr, dv, G + i * ldg, ldg, b->gt, C);
+        favor__bwd_state_times(mp, b, b->S, b->gt, nr, dv, b->dphi); /* u_r = S g_r */
+        for (r = 0; r < nr; ++r) {
+            float *u = b->dphi + r * w, *ri = b->rows + 3 * r;
+            float den = favor__den_eff(mp, favor__dot(b->cb.qf + r * w, b->z, w));
+            b->den[r] = ri[0] = den;
+            ri[1] = 0.0f; /* m_i: the keys' scale c cancels */
+            if (den == 0.0f) { /* a zero row: no gradient */
+                ri[2] = 0.0f;
+                memset(u, 0, w * sizeof(float));
+                continue;
+            }
+            ri[2] = favor__dot(b->cb.qf + r * w, u, w) / den; /* dout . o */
+            favor__axpy(u, -ri[2], b->z, w); /* den dphi(q_r) */
+        }
+        favor__bwd_query_grad(mp, b, Q + i * ldq, ldq, DQ + i * lddq, lddq, nr);
+        favor__bwd_min(b->rows, nr, lo);
+        favor__bwd_lower(mp, b, lo, lam, dv);
+        favor__bwd_weigh(b, b->rows, G + i * ldg, ldg, nr, dv, lam);
+        favor__bwd_accumulate(mp, b, nr, dv);
+    }
+}
+
+/* Non-causal keys [j0, j1) (from a multiple of C) of key/value head hk, at the
+ * state's scale c, from the sums b->R, b->rz at scale lam: dk, dv. */
+static void favor__bwd_full_keys(const favor__map *mp, const favor__bwd_args *x,
+                                 const favor__shape *sh, size_t hk, float c, const float *lam,
+                                 size_t j0, size_t j1, favor__bwd *b)
+{
+    size_t w = mp->width, dv = sh->dv, C = FAVOR__CHUNK;
     const float *K = (float *)x->k->data + hk * x->k->head_stride, *V = (float *)x->v->data + hk * x->v->head_stride;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
-    float c = -INFINITY, lam[2] = { 0.0f, INFINITY };
-    memset(b->S, 0, (2 * w * dv + 2 * w) * sizeof(float)); /* S, z, R, rz */
-    for (j0 = 0; j0 < sh->nk; j0 += C)
-        favor__lin_absorb(mp, b->S, b->z, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
-                          sh->nk - j0 < C ? sh->nk - j0 : C, dv, &b->cb);
-    for (t = 0; t < grp; ++t) {
-        size_t h = hk * grp + t;
-        const float *Q = (float *)x->q->data + h * x->q->head_stride;
-        const float *G = (float *)x->g->data + h * x->g->head_stride;
-        float *DQ = (float *)x->dq->data + h * x->dq->head_stride;
-        size_t ldq = x->q->row_stride, ldg = x->g->row_stride, lddq = x->dq->row_stride;
-        for (i = 0; i < sh->n; i += C) {
-            size_t r, nr = sh->n - i < C ? sh->n - i : C;
-            float lo[2] = { 0.0f, INFINITY };
-            favor__phi_raw(mp, Q + i * ldq, ldq, nr, b->cb.qf, w, b->cb.rq);
-            favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
-            favor__transpose(nr, dv, G + i * ldg, ldg, b->gt, C);
-            favor__bwd_state_times(mp, b, b->S, b->gt, nr, dv, b->dphi); /* u_r = S g_r */
-            for (r = 0; r < nr; ++r) {
-                float *u = b->dphi + r * w, *ri = b->rows + 3 * r;
-                float den = favor__den_eff(mp, favor__dot(b->cb.qf + r * w, b->z, w));
-                b->den[r] = ri[0] = den;
-                ri[1] = 0.0f; /* m_i: the keys' scale c cancels */
-                if (den == 0.0f) { /* a zero row: no gradient */
-                    ri[2] = 0.0f;
-                    memset(u, 0, w * sizeof(float));
-                    continue;
-                }
-                ri[2] = favor__dot(b->cb.qf + r * w, u, w) / den; /* dout . o */
-                favor__axpy(u, -ri[2], b->z, w); /* den dphi(q_r) */
-            }
-            favor__bwd_query_grad(mp, b, Q + i * ldq, ldq, DQ + i * lddq, lddq, nr);
-            favor__bwd_min(b->rows, nr, lo);
-            favor__bwd_lower(mp, b, lo, lam, dv);
-            favor__bwd_weigh(b, b->rows, G + i * ldg, ldg, nr, dv, lam);
-            favor__bwd_accumulate(mp, b, nr, dv);
-        }
-    }
-    for (j0 = 0; j0 < sh->nk; j0 += C) {
-        size_t j, nr = sh->nk - j0 < C ? sh->nk - j0 : C;
+    for (; j0 < j1; j0 += C) {
+        size_t j, nr = j1 - j0 < C ? j1 - j0 : C;
         float *DV = (float *)x->dv->data + hk * x->dv->head_stride + j0 * x->dv->row_stride;
         float *DK = (float *)x->dk->data + hk * x->dk->head_stride + j0 * x->dk->row_stride;
         favor__phi_raw(mp, K + j0 * ldk, ldk, nr, b->cb.kf, w, b->cb.rk);
@@ -4394,6 +4953,22 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
         favor__bwd_keys_finish(mp, b, lam, NULL, K + j0 * ldk, ldk, DK, x->dk->row_stride, DV,
                                x->dv->row_stride, nr, dv);
     }
+}
+
+/* Non-causal backward of key/value head hk. */
+static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *x,
+                                   const favor__shape *sh, size_t hk, favor__bwd *b)
+{
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, j0;
+    const float *K = (float *)x->k->data + hk * x->k->head_stride, *V = (float *)x->v->data + hk * x->v->head_stride;
+    size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
+    float c = -INFINITY, lam[2] = { 0.0f, INFINITY };
+    memset(b->S, 0, (2 * w * dv + 2 * w) * sizeof(float)); /* S, z, R, rz */
+    for (j0 = 0; j0 < sh->nk; j0 += C)
+        favor__lin_absorb(mp, b->S, b->z, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
+                          sh->nk - j0 < C ? sh->nk - j0 : C, dv, &b->cb);
+    for (t = 0; t < grp; ++t) favor__bwd_full_rows(mp, x, sh, hk, t, 0, sh->n, b, lam);
+    favor__bwd_full_keys(mp, x, sh, hk, c, lam, 0, sh->nk, b);
 }
 
 /* Causal forward pass over one chunk of nr rows (keys kr.., rows r0.. of each
@@ -4559,18 +5134,236 @@ static size_t favor__linear_bwd_call_floats(const favor_features *f, const favor
     return a && favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
 }
 
+/* The fp32 views of a linear backward's key/value head hk and its query heads
+ * (favor__stage from p; widen: copy the 16-bit inputs in), and the arguments of
+ * the kernels on them (head 0 of k, v, dk, dv; heads 0 .. grp - 1 of the rest) */
+typedef struct {
+    favor_tensor Q, G, DQ, K, V, DK, DV;
+    favor__bwd_args x;
+} favor__lbv;
+
+static void favor__lbv_make(favor__lbv *l, const favor_tensor *q, const favor_tensor *k,
+                            const favor_tensor *v, const favor_tensor *dout,
+                            const favor_tensor *dq, const favor_tensor *dk,
+                            const favor_tensor *dv, size_t grp, size_t hk, int widen, float *p)
+{
+    l->Q = favor__stage(q, hk * grp, grp, widen, &p);
+    l->G = favor__stage(dout, hk * grp, grp, widen, &p);
+    l->DQ = favor__stage(dq, hk * grp, grp, 0, &p);
+    l->K = favor__stage(k, hk, 1, widen, &p);
+    l->V = favor__stage(v, hk, 1, widen, &p);
+    l->DK = favor__stage(dk, hk, 1, 0, &p);
+    l->DV = favor__stage(dv, hk, 1, 0, &p);
+    l->x.q = &l->Q;
+    l->x.k = &l->K;
+    l->x.v = &l->V;
+    l->x.g = &l->G;
+    l->x.dq = &l->DQ;
+    l->x.dk = &l->DK;
+    l->x.dv = &l->DV;
+}
+
+/* The non-causal linear backward split inside key/value heads (fewer than
+ * FAVOR__SPLIT of them; from the shape alone, as the forward, "Splitting one
+ * key/value head"): the state from segment sums and their scan (the forward's
+ * steps 1 and 2, uncompensated as the one-head backward's); then items of rows
+ * (rparts per query head: about FAVOR__SPLIT in all, whole chunks) write dq and
+ * their own sums R, rz at their own scale lam into a partial slot; per head the
+ * partials are brought to the least lam and added in order; then items of
+ * FAVOR__ROWBLK keys write dk and dv from them. Partial slots: width (d_v + 1)
+ * floats and lam. */
+typedef struct {
+    favor__split sp;
+    size_t rparts, rrows, pslot; /* row parts of a query head, their rows, floats of a partial */
+    size_t rcap;                 /* the most row parts any n gives */
+} favor__bsplit;
+
+static int favor__bsplit_plan(const favor_features *f, const favor_tensor *q,
+                              const favor_tensor *k, const favor_tensor *v, favor__bsplit *bs)
+{
+    size_t w = favor__width(f->kernel, f->dim, f->count), hq = favor__nheads(q), n = q->rows;
+    size_t a = FAVOR__ALIGN / sizeof(float), want;
+    bs->rparts = bs->rrows = bs->pslot = bs->rcap = 0;
+    if (!favor__split_plan(favor__nheads(k), k->rows, w, v->cols, &bs->sp)) return 0;
+    want = (FAVOR__SPLIT + hq - 1) / hq;
+    bs->rcap = want;
+    bs->rrows = n / want + (n % want != 0);
+    bs->rrows = (bs->rrows + FAVOR__CHUNK - 1) / FAVOR__CHUNK * FAVOR__CHUNK;
+    bs->rparts = n / bs->rrows + (n % bs->rrows != 0);
+    bs->pslot = (w * (v->cols + 1) + 2 + a - 1) / a * a;
+    return 1;
+}
+
+static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
+                                    const favor_tensor *k, const favor_tensor *v,
+                                    const favor_tensor *dout, const favor_tensor *dq,
+                                    const favor_tensor *dk, const favor_tensor *dv,
+                                    const favor__shape *sh, const favor__bsplit *bs,
+                                    float *ws, size_t slice, float *stage, size_t stg,
+                                    float *slots, float *parts, size_t nt)
+{
+    const favor__split *sp = &bs->sp;
+    size_t w = mp->width, ncol = sh->dv, grp = sh->hq / sh->hkv, n = w * (ncol + 1);
+    size_t per = sp->parts * sp->slot, kblocks = (sh->nk + FAVOR__ROWBLK - 1) / FAVOR__ROWBLK;
+    int any16 = q->dtype != FAVOR_F32 || k->dtype != FAVOR_F32 || v->dtype != FAVOR_F32 ||
+                dout->dtype != FAVOR_F32 || dq->dtype != FAVOR_F32 ||
+                dk->dtype != FAVOR_F32 || dv->dtype != FAVOR_F32;
+    long it;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)nt)
+#endif
+    {
+        float *mine = ws + FAVOR__TID() * slice;
+        favor__lbv l;
+        favor__bwd b;
+        favor__qgroup qg;
+        favor__bwd_carve(&b, mine, w, ncol, grp, 0);
+        memset(&qg, 0, sizeof qg);
+        if (any16) {
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (it = 0; it < (long)sh->hkv; ++it)
+                favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, (size_t)it, 1,
+                                stage + (size_t)it * stg);
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < (long)(sh->hkv * sp->parts); ++it) { /* the state: segment sums */
+            size_t g = (size_t)it / sp->parts, p = (size_t)it % sp->parts;
+            favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+            qg.k = &l.K;
+            qg.v = &l.V;
+            favor__split_sums(mp, sp, sh, slots + g * per + p * sp->slot, p, 0, &qg, &b.cb);
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < (long)sh->hkv; ++it)
+            favor__split_scan(sp, n, slots + (size_t)it * per, mine);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < (long)(sh->hq * bs->rparts); ++it) { /* rows: dq, partial sums */
+            size_t h = (size_t)it / bs->rparts, rp = (size_t)it % bs->rparts, g = h / grp;
+            size_t i0 = rp * bs->rrows, i1 = sh->n - i0 < bs->rrows ? sh->n : i0 + bs->rrows;
+            float *last = slots + g * per + (sp->parts - 1) * sp->slot;
+            float *pt = parts + (size_t)it * bs->pslot;
+            favor__bwd bb = b;
+            favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+            bb.S = last;
+            bb.z = last + w * ncol;
+            bb.R = pt;
+            bb.rz = pt + w * ncol;
+            memset(pt, 0, n * sizeof(float));
+            pt[n] = 0.0f;
+            pt[n + 1] = INFINITY;
+            favor__bwd_full_rows(mp, &l.x, sh, 0, h % grp, i0, i1, &bb, pt + n);
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < (long)sh->hkv; ++it) { /* per head: the partials at the least lam */
+            size_t np = grp * bs->rparts, p;
+            float *p0 = parts + (size_t)it * np * bs->pslot, lo[2] = { 0.0f, INFINITY };
+            for (p = 0; p < np; ++p) {
+                const float *lp = p0 + p * bs->pslot + n;
+                if (lp[1] < INFINITY &&
+                    (lo[1] == INFINITY || (lp[0] - lo[0]) + (lp[1] - lo[1]) < 0.0f)) {
+                    lo[0] = lp[0];
+                    lo[1] = lp[1];
+                }
+            }
+            for (p = 0; p < np; ++p) {
+                const float *pp = p0 + p * bs->pslot, *lp = pp + n;
+                float e = lp[1] < INFINITY ? favor__s_exp((lo[0] - lp[0]) + (lo[1] - lp[1])) : 0.0f;
+                if (!p) favor__scal(p0, e, n);
+                else if (e != 0.0f) favor__axpy(p0, e, pp, n);
+            }
+            p0[n] = lo[0];
+            p0[n + 1] = lo[1];
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < (long)(sh->hkv * kblocks); ++it) { /* keys: dk, dv */
+            size_t g = (size_t)it / kblocks, j0 = ((size_t)it % kblocks) * FAVOR__ROWBLK;
+            size_t j1 = sh->nk - j0 < FAVOR__ROWBLK ? sh->nk : j0 + FAVOR__ROWBLK;
+            float *R = parts + g * grp * bs->rparts * bs->pslot;
+            favor__bwd bb = b;
+            favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+            bb.R = R;
+            bb.rz = R + w * ncol;
+            favor__bwd_full_keys(mp, &l.x, sh, 0,
+                                 slots[g * per + (sp->parts - 1) * sp->slot + 2 * n], R + n,
+                                 j0, j1, &bb);
+        }
+        if (any16) {
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (it = 0; it < (long)sh->hkv; ++it) {
+                size_t g = (size_t)it;
+                favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+                favor__unstage(dq, g * grp, &l.DQ);
+                favor__unstage(dk, g, &l.DK);
+                favor__unstage(dv, g, &l.DV);
+            }
+        }
+    }
+}
+
+/* Floats of a linear backward's workspace on nt threads: nt slices (the
+ * kernel's buffers, then, when not split, a head's staging); split
+ * (non-causal, fewer than FAVOR__SPLIT key/value heads): the staging of every
+ * head (*stg each) at *stage_at, the key slots at *slots_at, the row partials
+ * at *parts_at. */
+static size_t favor__linear_bwd_plan(const favor_features *f, const favor_tensor *q,
+                                     const favor_tensor *k, const favor_tensor *v,
+                                     const favor_tensor *dout, const favor_tensor *dq,
+                                     const favor_tensor *dk, const favor_tensor *dv, int causal,
+                                     int any16, size_t nt, int *split, favor__bsplit *bs,
+                                     size_t *slice, size_t *stg, size_t *stage_at,
+                                     size_t *slots_at, size_t *parts_at)
+{
+    size_t all, t, hkv = favor__nheads(k), grp = q->heads / k->heads;
+    *split = !causal && favor__bsplit_plan(f, q, k, v, bs);
+    if (!*split)
+        return (all = favor__linear_bwd_call_floats(f, q, k, v, dout, dq, dk, dv, causal, any16))
+                   ? favor__slices(all, nt, slice)
+                   : 0;
+    *stg = favor__bwd_stage_floats(q, k, v, NULL, dout, dq, dk, dv, any16);
+    if (*stg == SIZE_MAX ||
+        !(all = favor__slices(favor__linear_bwd_floats(f, grp, f->dim, v->cols, q->rows, 0), nt,
+                              slice)) ||
+        !favor__mul_ok(*stg, hkv, &t))
+        return 0;
+    *stage_at = all;
+    if (!favor__add_ok(all, t, &all)) return 0;
+    *slots_at = all;
+    if (!favor__mul_ok(hkv * bs->sp.cap, bs->sp.slot, &t) || !favor__add_ok(all, t, &all))
+        return 0;
+    *parts_at = all;
+    if (!favor__mul_ok(favor__nheads(q) * bs->rcap, bs->pslot, &t) || !favor__add_ok(all, t, &all))
+        return 0;
+    return all <= SIZE_MAX / sizeof(float) ? all : 0;
+}
+
 FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features *f,
                                                            const favor_tensor *q,
                                                            const favor_tensor *k,
                                                            const favor_tensor *v,
                                                            const favor_options *opts)
 {
-    size_t slice, floats;
+    size_t slice, stg, stage_at, slots_at, parts_at;
+    favor__bsplit bs;
+    int split;
     if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
-    floats = favor__linear_bwd_call_floats(f, q, k, v, q, q, k, v,
-                                           opts && (opts->flags & FAVOR_CAUSAL),
-                                           favor__any16(q, k, v));
-    return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
+    return favor__ws_bytes(favor__linear_bwd_plan(
+        f, q, k, v, q, q, k, v, opts && (opts->flags & FAVOR_CAUSAL), favor__any16(q, k, v),
+        favor__nthreads(opts), &split, &bs, &slice, &stg, &stage_at, &slots_at, &parts_at));
 }
 
 FAVOR_API favor_status favor_linear_attention_backward(
@@ -4583,9 +5376,10 @@ FAVOR_API favor_status favor_linear_attention_backward(
     favor_status st;
     float *ws;
     void *owned;
-    int causal, in_ws;
+    int causal, in_ws, split;
     long g;
-    size_t floats, nt, slice, grp, kern;
+    size_t floats, nt, slice, grp, kern, stg = 0, stage_at = 0, slots_at = 0, parts_at = 0;
+    favor__bsplit bs;
     favor__why w = favor__why_of(opts);
     if (!f) return favor__no(&w, FAVOR_E_NULL, "f is NULL");
     if ((st = favor__check_backward(q, k, v, NULL, dout, dq, dk, dv, 0, &sh, &w)) != FAVOR_OK)
@@ -4607,11 +5401,17 @@ FAVOR_API favor_status favor_linear_attention_backward(
     in_ws = causal && favor__stash_in_ws(grp, sh.d, sh.dv);
     nt = favor__nthreads(opts);
     kern = favor__linear_bwd_floats(f, grp, sh.d, sh.dv, sh.n, causal);
-    if (!(floats = favor__linear_bwd_call_floats(f, q, k, v, dout, dq, dk, dv, causal, 0)) ||
-        !(floats = favor__slices(floats, nt, &slice)))
+    if (!(floats = favor__linear_bwd_plan(f, q, k, v, dout, dq, dk, dv, causal, 0, nt, &split,
+                                          &bs, &slice, &stg, &stage_at, &slots_at, &parts_at)))
         return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
+    if (split) {
+        favor__linear_bwd_split(&mp, q, k, v, dout, dq, dk, dv, &sh, &bs, ws, slice,
+                                ws + stage_at, stg, ws + slots_at, ws + parts_at, nt);
+        favor__ws_put(owned);
+        return FAVOR_OK;
+    }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif

@@ -54,9 +54,10 @@
  *     scale, threads or kernel (FAVOR_E_ARG); the forward with lse overlapping q
  *     or k (FAVOR_E_ALIAS). Each returns that status and leaves every buffer
  *     (inputs, dq, dk, dv, lse, W) byte-for-byte untouched.
- * threads: opts.threads = 1, 2 and 3 give bit-identical dq, dk, dv (with
- *     OpenMP; trivially without); 2 and 3 with a caller workspace of the size
- *     queried for that thread count (nothing written past it).
+ * threads: opts.threads = 1, 2, 3, 4 and 16 give bit-identical dq, dk, dv (with
+ *     OpenMP; trivially without), on grouped shapes and on one key/value head
+ *     with n > 1000 (split inside the head); 2 and more with a caller workspace
+ *     of the size queried for that thread count (nothing written past it).
  * ELU1 with d = 1 has dq = 0 exactly (phi(q_i) is one number and cancels); its dq
  * error is measured against max|dk| instead. Caller workspaces are queried,
  * handed over 4 bytes off malloc's alignment, with a guard zone after them
@@ -614,6 +615,8 @@ static const bw_case acc_cases[] = {
     { 4, 2,   65, 200, 16,  8, 48, 0, 0.3f,  TV_PACKED,      TV_INTERPAD,    TV_INTERLEAVED, TV_PACKED,      1 },
     { 2, 2,  130, 200, 16, 16, 64, 1, 0.0f,  TV_INTERPAD,    TV_PACKED,      TV_PADDED,      TV_INTERPAD,    0 },
     { 4, 2,  200, 130, 16, 12, 40, 1, 0.2f,  TV_PADDED,      TV_INTERLEAVED, TV_PACKED,      TV_PADDED,      0 },
+    /* one key/value head split inside (non-causal linear: 3 key segments, 2 row parts) */
+    { 2, 1,  150, 1100, 16,  8, 32, 0, 0.0f,  TV_INTERLEAVED, TV_PADDED,      TV_PACKED,      TV_PACKED,      1 },
 };
 
 static void test_backward_accuracy(void **state)
@@ -1178,7 +1181,13 @@ static void test_backward_threads(void **state)
         { 4, 2,  90, 150, 16, 8 },
         { 4, 4, 150,  90, 16, 8 },
         { 4, 2, 100, 100,  2, 2 }, /* causal linear stash in the workspace */
+        /* one key/value head: split inside it (softmax: key parts and query
+           blocks on 2+ threads; non-causal linear: 3 key segments, row parts) */
+        { 4, 1, 300, 1100, 8, 8 },
+        { 2, 1, 200, 1300, 8, 4 },
     };
+    static const int counts[] = { 1, 2, 3, 4, 16 };
+#define NCOUNTS (sizeof counts / sizeof counts[0])
     size_t ci;
     int variant, causal, fails = 0;
     (void)state;
@@ -1192,7 +1201,7 @@ static void test_backward_threads(void **state)
                 double sigma = method == FAVOR_TRIG ? 0.3 : 1.0;
                 meth mt;
                 tu_rng rng;
-                float *q, *k, *v, *o, *dout, *lsebuf, *res[3][3];
+                float *q, *k, *v, *o, *dout, *lsebuf, *res[NCOUNTS][3];
                 unsigned char *ws = NULL;
                 size_t wsb = 0;
                 int th;
@@ -1213,7 +1222,7 @@ static void test_backward_threads(void **state)
                 V = favor_tensor_packed(v, hkv, nk, dv);
                 O = favor_tensor_packed(o, hq, n, dv);
                 dO = favor_tensor_packed(dout, hq, n, dv);
-                for (th = 0; th < 3; ++th) {
+                for (th = 0; th < (int)NCOUNTS; ++th) {
                     favor_options opt = favor_default_options();
                     favor_tensor dQ, dK, dV;
                     favor_status st;
@@ -1224,7 +1233,7 @@ static void test_backward_threads(void **state)
                     dK = favor_tensor_packed(res[th][1], hkv, nk, d);
                     dV = favor_tensor_packed(res[th][2], hkv, nk, dv);
                     opt.flags = causal ? FAVOR_CAUSAL : 0u;
-                    opt.threads = th + 1;
+                    opt.threads = counts[th];
                     if (lse) opt.lse = lsebuf;
                     st = FAVOR_OK;
                     if (method == SOFTMAX) st = favor_softmax_attention(&Q, &K, &V, &O, &opt);
@@ -1247,7 +1256,7 @@ static void test_backward_threads(void **state)
                         for (u = 0; u < WS_GUARD; ++u)
                             if (ws[wsb + u] != 0xa5) {
                                 print_error("  %s threads %d: wrote past the queried "
-                                            "workspace\n", method_name(method), th + 1);
+                                            "workspace\n", method_name(method), counts[th]);
                                 ++fails;
                                 break;
                             }
@@ -1255,7 +1264,7 @@ static void test_backward_threads(void **state)
                         ws = NULL;
                     }
                 }
-                for (th = 1; th < 3; ++th)
+                for (th = 1; th < (int)NCOUNTS; ++th)
                     if (memcmp(res[th][0], res[0][0], nq * sizeof(float)) != 0 ||
                         memcmp(res[th][1], res[0][1], nkk * sizeof(float)) != 0 ||
                         memcmp(res[th][2], res[0][2], nv * sizeof(float)) != 0) {
@@ -1263,7 +1272,7 @@ static void test_backward_threads(void **state)
                                     "differs from threads = 1\n", method_name(method),
                                     lse ? "+lse" : "", (unsigned)hq, (unsigned)hkv, (unsigned)n,
                                     (unsigned)nk, (unsigned)d, (unsigned)dv,
-                                    causal ? "causal" : "full", th + 1);
+                                    causal ? "causal" : "full", counts[th]);
                         ++fails;
                     }
                 if (!tu_all_finite(res[0][0], nq) || !tu_all_finite(res[0][1], nkk) ||
@@ -1271,7 +1280,7 @@ static void test_backward_threads(void **state)
                     print_error("  %s: a gradient is not finite\n", method_name(method));
                     ++fails;
                 }
-                for (th = 0; th < 3; ++th) {
+                for (th = 0; th < (int)NCOUNTS; ++th) {
                     free(res[th][0]);
                     free(res[th][1]);
                     free(res[th][2]);

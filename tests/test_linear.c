@@ -4,7 +4,8 @@
  *
  * Accuracy on N(0,1) inputs, for every kernel over a list of representative
  * shapes that together cover d in {1, 3, 16, 64, 128}, d_v != d, n in
- * {1, 2, 17, 257, 1000}, n_k > n and n_k < n (causal and not), 1 and 4 heads,
+ * {1, 2, 17, 257, 1000, 1300}, n_k > n and n_k < n (causal and not), 1 and 4 heads,
+ * one key/value head cut into 2 and 3 segments,
  * grouped-query 4:2 (and 2:1, 4:1), packed, interleaved and padded views, default
  * and non-default scales, m below, equal to, above and not a multiple of d,
  * caller workspace and library allocation:
@@ -88,6 +89,12 @@ static const lin_case cases[] = {
     { 2, 1,    2, 1000,  16,  16,  64, 0, 0.3f,  TV_INTERPAD,    TV_INTERPAD,    TV_INTERPAD,    1 },
     { 2, 1,    2, 1000,  16,  16,  64, 1, 0.3f,  TV_PACKED,      TV_PACKED,      TV_PACKED,      0 },
     { 1, 1,   17,    2,   1,   4,   3, 1, 2.0f,  TV_PACKED,      TV_PADDED,      TV_PADDED,      0 },
+    /* one key/value head cut into segments of 512 keys (see favor.h, "Splitting
+     * one key/value head"): 3 segments, causal with rows that see no key and
+     * with keys every row sees (the first segment then holds no causal row) */
+    { 2, 1, 1300, 1100,  16,   8,  32, 1, 0.0f,  TV_INTERLEAVED, TV_PADDED,      TV_PACKED,      1 },
+    { 3, 1,  700, 1500,   8,   8,  32, 1, 0.0f,  TV_PACKED,      TV_INTERLEAVED, TV_PADDED,      0 },
+    { 3, 1,  300, 1500,   8,  12,  32, 0, 0.0f,  TV_PADDED,      TV_PACKED,      TV_INTERPAD,    1 },
 };
 
 static void print_case(size_t i, const lin_case *c, favor_kernel kernel, size_t m,

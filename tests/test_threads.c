@@ -1,10 +1,13 @@
-/* Threads: with OpenMP a call splits its work (softmax: query blocks of every
- * head; linear attention and extend: key/value heads) over favor_options.threads
- * threads. Every piece is computed the same way whichever thread runs it, so the
- * results must be bit-for-bit those of threads = 1, for every method; and the
- * workspace a call asks for grows with the thread count, never with n. Without
- * OpenMP (the scalar variants) the same assertions hold trivially and are still
- * checked. */
+/* Threads: with OpenMP a call splits its work over favor_options.threads
+ * threads: softmax over query blocks of every head; linear attention and extend
+ * over key/value heads, and, with fewer than 8 key/value heads, over segments of
+ * keys and blocks of output rows (the split is fixed by the shape). Every piece
+ * is computed the same way whichever thread runs it, so the results must be
+ * bit-for-bit those of threads = 1 for 2, 3, 4 and 16 threads, for every method,
+ * on a grouped shape (4 query heads on 2) and on a multi-query one (4 on 1, n =
+ * 1100: three key segments); and the workspace a call asks for grows with the
+ * thread count, never with n. Without OpenMP (the scalar variants) the same
+ * assertions hold trivially and are still checked. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -17,17 +20,20 @@
 #include <omp.h>
 #endif
 
-#define H 4
-#define HKV 2
-#define N 300
 #define D 32
 #define DV 24
 #define M 64
 
-static int run_all(int threads, const float *q, const float *k, const float *v, float *out,
-                   size_t per_call)
+typedef struct {
+    size_t h, hkv, n, cut; /* cut: rows of the first of two extend calls */
+} shape;
+
+/* every method on one shape; 13 outputs of h n DV floats, one after another */
+static int run_all(const shape *sh, int threads, const float *q, const float *k,
+                   const float *v, float *out)
 {
     static const favor_kernel kernels[] = TU_ALL_KERNELS;
+    size_t H = sh->h, HKV = sh->hkv, N = sh->n, per_call = H * N * DV;
     float *qq = (float *)q, *kk = (float *)k, *vv = (float *)v;
     favor_tensor Q = favor_tensor_packed(qq, H, N, D), K = favor_tensor_packed(kk, HKV, N, D),
                  V = favor_tensor_packed(vv, HKV, N, DV);
@@ -58,13 +64,13 @@ static int run_all(int threads, const float *q, const float *k, const float *v, 
         sto = (float *)malloc(favor_state_floats(&f, HKV, DV) * sizeof *sto);
         if (!sto || favor_state_init(&st, &f, HKV, DV, sto) != FAVOR_OK) return 1;
         o1 = favor_tensor_packed(out + 12 * per_call, H, N, DV);
-        q1.rows = k1.rows = v1.rows = o1.rows = 100;
+        q1.rows = k1.rows = v1.rows = o1.rows = sh->cut;
         if (favor_linear_extend(&f, &st, &q1, &k1, &v1, &o1, &o) != FAVOR_OK) return 1;
-        q1.data = (float *)q1.data + 100 * D;
-        k1.data = (float *)k1.data + 100 * D;
-        v1.data = (float *)v1.data + 100 * DV;
-        o1.data = (float *)o1.data + 100 * DV;
-        q1.rows = k1.rows = v1.rows = o1.rows = N - 100;
+        q1.data = (float *)q1.data + sh->cut * D;
+        k1.data = (float *)k1.data + sh->cut * D;
+        v1.data = (float *)v1.data + sh->cut * DV;
+        o1.data = (float *)o1.data + sh->cut * DV;
+        q1.rows = k1.rows = v1.rows = o1.rows = N - sh->cut;
         if (favor_linear_extend(&f, &st, &q1, &k1, &v1, &o1, &o) != FAVOR_OK) return 1;
         free(sto);
         free(w);
@@ -74,33 +80,41 @@ static int run_all(int threads, const float *q, const float *k, const float *v, 
 
 static void test_threads_identical(void **state)
 {
-    tu_rng r = { 2024 };
-    size_t per = (size_t)H * N * DV, total = 13 * per;
-    float *q = tu_normal_floats(&r, (size_t)H * N * D, 1.0);
-    float *k = tu_normal_floats(&r, (size_t)HKV * N * D, 1.0);
-    float *v = tu_normal_floats(&r, (size_t)HKV * N * DV, 1.0);
-    float *o1 = (float *)calloc(total, sizeof *o1), *o2 = (float *)calloc(total, sizeof *o2);
-    int t;
+    static const shape shapes[] = { { 4, 2, 300, 100 }, { 4, 1, 1100, 700 } };
+    static const int counts[] = { 2, 3, 4, 16 };
+    size_t si;
     (void)state;
-    assert_non_null(o1);
-    assert_non_null(o2);
-    assert_int_equal(run_all(1, q, k, v, o1, per), 0);
-    assert_true(tu_all_finite(o1, total));
-    for (t = 2; t <= 3; ++t) {
-        memset(o2, 0xff, total * sizeof *o2);
-        assert_int_equal(run_all(t, q, k, v, o2, per), 0);
-        if (memcmp(o1, o2, total * sizeof *o1) != 0) {
-            size_t i;
-            for (i = 0; i < total && o1[i] == o2[i]; ++i) continue;
-            fail_msg("threads = %d differs from threads = 1 at element %zu (%g vs %g)", t, i,
-                     (double)o2[i], (double)o1[i]);
+    for (si = 0; si < sizeof shapes / sizeof shapes[0]; ++si) {
+        const shape *sh = &shapes[si];
+        tu_rng r = { 2024 };
+        size_t per = sh->h * sh->n * DV, total = 13 * per, ci;
+        float *q = tu_normal_floats(&r, sh->h * sh->n * D, 1.0);
+        float *k = tu_normal_floats(&r, sh->hkv * sh->n * D, 1.0);
+        float *v = tu_normal_floats(&r, sh->hkv * sh->n * DV, 1.0);
+        float *o1 = (float *)calloc(total, sizeof *o1), *o2 = (float *)calloc(total, sizeof *o2);
+        assert_non_null(o1);
+        assert_non_null(o2);
+        assert_int_equal(run_all(sh, 1, q, k, v, o1), 0);
+        assert_true(tu_all_finite(o1, total));
+        for (ci = 0; ci < sizeof counts / sizeof counts[0]; ++ci) {
+            int t = counts[ci];
+            memset(o2, 0xff, total * sizeof *o2);
+            assert_int_equal(run_all(sh, t, q, k, v, o2), 0);
+            if (memcmp(o1, o2, total * sizeof *o1) != 0) {
+                size_t i;
+                for (i = 0; i < total && o1[i] == o2[i]; ++i) continue;
+                fail_msg("%u query heads on %u, n %u: threads = %d differs from threads = 1 at "
+                         "element %zu (output %zu: %g vs %g)",
+                         (unsigned)sh->h, (unsigned)sh->hkv, (unsigned)sh->n, t, i, i / per,
+                         (double)o2[i], (double)o1[i]);
+            }
         }
+        free(q);
+        free(k);
+        free(v);
+        free(o1);
+        free(o2);
     }
-    free(q);
-    free(k);
-    free(v);
-    free(o1);
-    free(o2);
 }
 
 static void test_workspace_scales_with_threads_not_n(void **state)
