@@ -210,6 +210,9 @@
  *          favor_options gains `error` and `error_size` (after lse), the text
  *          of a refused call; favor_default_options sets them to NULL and 0.
  *          The workspace queries check q's heads against k's for every path.
+ *          With fewer than 8 key/value heads the linear forward, extend and
+ *          non-causal linear backward split inside each head: their rounding
+ *          (not their accuracy bounds) differs from 0.3 when n_k > 512.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
