@@ -4975,11 +4975,12 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
 }
 
 /* Causal forward pass over one chunk of nr rows (keys kr.., rows r0.. of each
- * query head): dq, and every row's stash. */
+ * query head): dq, and every row's stash; lam not NULL: the rows' sums R, rz
+ * (at scale lam) too, as the reverse pass forms them (the split's partials). */
 static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *x,
                                    const favor__shape *sh, size_t hk, favor__bwd *b,
                                    const favor__stash *sto, float *c, size_t kr, size_t r0,
-                                   size_t nr)
+                                   size_t nr, float *lam)
 {
     size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
@@ -4999,11 +5000,11 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
         favor__gemm_lower(nr, dv, G, ldg, b->vt, C, b->b, C); /* g_i . v_j, j <= i */
         for (i = 0; i < nr; ++i) {
             float *u = b->dphi + i * w, *bi = b->b + i * C, *ai = b->cb.a + i * C;
-            float den = favor__den_eff(mp, b->cb.rq[i]), e, og;
-            *favor__stash_at(sto, kr + i, 3 * t) = b->den[i] = den;
-            *favor__stash_at(sto, kr + i, 3 * t + 1) = b->cb.mk[i];
+            float den = favor__den_eff(mp, b->cb.rq[i]), e, og, *ri = b->rows + 3 * i;
+            *favor__stash_at(sto, kr + i, 3 * t) = b->den[i] = ri[0] = den;
+            *favor__stash_at(sto, kr + i, 3 * t + 1) = ri[1] = b->cb.mk[i];
             if (den == 0.0f) { /* a zero row: no gradient */
-                *favor__stash_at(sto, kr + i, 3 * t + 2) = 0.0f;
+                *favor__stash_at(sto, kr + i, 3 * t + 2) = ri[2] = 0.0f;
                 memset(u, 0, w * sizeof(float));
                 memset(bi, 0, nr * sizeof(float));
                 continue;
@@ -5012,7 +5013,7 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
             og = 0.0f;
             for (j = 0; j <= i; ++j) og += ai[j] * bi[j];
             og = (e * favor__dot(b->cb.qf + i * w, u, w) + og) / den; /* dout . o */
-            *favor__stash_at(sto, kr + i, 3 * t + 2) = og;
+            *favor__stash_at(sto, kr + i, 3 * t + 2) = ri[2] = og;
             favor__scal(u, e, w); /* den dphi(q_i) = e (S g_i - og z) + b_i kf */
             favor__axpy(u, -e * og, b->z, w);
             for (j = 0; j <= i; ++j) bi[j] -= og;
@@ -5023,6 +5024,13 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
         }
         favor__gemm_tri(nr, w, 0, b->b, C, 1, b->cb.kf, w, b->dphi, w); /* += b kf */
         favor__bwd_query_grad(mp, b, Q, ldq, DQ, x->dq->row_stride, nr);
+        if (lam) { /* qf: the rows' features at their own scale, as the reverse pass's */
+            float lo[2] = { 0.0f, INFINITY };
+            favor__bwd_min(b->rows, nr, lo);
+            favor__bwd_lower(mp, b, lo, lam, dv);
+            favor__bwd_weigh(b, b->rows, G, ldg, nr, dv, lam);
+            favor__bwd_accumulate(mp, b, nr, dv);
+        }
     }
     favor__chunk_absorb(mp, b->S, b->z, c, mrun, rising, V, ldv, nr, dv, &b->cb);
 }
@@ -5074,55 +5082,107 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
                            dv);
 }
 
+/* Keys [j0, j1) every causal row sees (n_k > n): dk, dv from the sums R, rz of
+ * every row (at scale lam). */
+static void favor__bwd_causal_pre(const favor__map *mp, const favor__bwd_args *x,
+                                  const favor__shape *sh, size_t hk, favor__bwd *b,
+                                  const float *lam, size_t j0, size_t j1)
+{
+    size_t dv = sh->dv, C = FAVOR__CHUNK, ldk = x->k->row_stride, ldv = x->v->row_stride;
+    size_t lddk = x->dk->row_stride, lddv = x->dv->row_stride;
+    const float *K = (float *)x->k->data + hk * x->k->head_stride, *V = (float *)x->v->data + hk * x->v->head_stride;
+    float *DK = (float *)x->dk->data + hk * x->dk->head_stride, *DV = (float *)x->dv->data + hk * x->dv->head_stride;
+    for (; j0 < j1; j0 += C) {
+        size_t nr = j1 - j0 < C ? j1 - j0 : C;
+        favor__bwd_keys_own(mp, b, K + j0 * ldk, ldk, V + j0 * ldv, ldv, nr, dv);
+        favor__bwd_keys_from_sums(mp, b, DV + j0 * lddv, lddv, nr, dv);
+        favor__bwd_keys_finish(mp, b, lam, b->cb.rk, K + j0 * ldk, ldk, DK + j0 * lddk, lddk,
+                               DV + j0 * lddv, lddv, nr, dv);
+    }
+}
+
+/* the stash of key/value head hk: in its dk, dv rows, or at ws (NULL: not in
+ * the workspace) */
+static void favor__stash_make(favor__stash *sto, const favor__bwd_args *x, const favor__shape *sh,
+                              size_t hk, float *ws)
+{
+    size_t pre, skip;
+    favor__causal_edges(sh, &pre, &skip);
+    sto->dk = (float *)x->dk->data + hk * x->dk->head_stride;
+    sto->dv = (float *)x->dv->data + hk * x->dv->head_stride;
+    sto->ws = ws;
+    sto->lddk = x->dk->row_stride;
+    sto->lddv = x->dv->row_stride;
+    sto->d = sh->d;
+    sto->per = 3 * (sh->hq / sh->hkv);
+    sto->pre = pre;
+}
+
+/* The causal keys [ks, ks + L) of key/value head hk (rows from skip + ks -
+ * pre), in the chunks of the one-head pass. Forward: from the state b->S, b->z
+ * (scale *c) of the keys before ks, dq and the stash (lam not NULL: the rows'
+ * own sums into b->R, b->rz at lam). Reverse (favor__bwd_causal_back): from the
+ * sums b->R, b->rz (at lam) of the rows after, dk and dv, last chunk first. */
+static void favor__bwd_causal_fwd(const favor__map *mp, const favor__bwd_args *x,
+                                  const favor__shape *sh, size_t hk, favor__bwd *b,
+                                  const favor__stash *sto, float *c, size_t ks, size_t L,
+                                  float *lam)
+{
+    size_t pre, skip, t0, step = favor__causal_step(mp, FAVOR__CHUNK);
+    favor__causal_edges(sh, &pre, &skip);
+    for (t0 = 0; t0 < L; t0 += step)
+        favor__bwd_causal_rows(mp, x, sh, hk, b, sto, c, ks + t0, skip + (ks - pre) + t0,
+                               L - t0 < step ? L - t0 : step, lam);
+}
+
+static void favor__bwd_causal_back(const favor__map *mp, const favor__bwd_args *x,
+                                   const favor__shape *sh, size_t hk, favor__bwd *b,
+                                   const favor__stash *sto, float *lam, size_t ks, size_t L)
+{
+    size_t pre, skip, t0, step = favor__causal_step(mp, FAVOR__CHUNK);
+    favor__causal_edges(sh, &pre, &skip);
+    for (t0 = L ? (L - 1) / step * step + step : 0; t0 > 0;) {
+        t0 -= step;
+        favor__bwd_causal_keys(mp, x, sh, hk, b, sto, lam, ks + t0, skip + (ks - pre) + t0,
+                               L - t0 < step ? L - t0 : step);
+    }
+}
+
+/* keys [j0, j1) of key/value head hk absorbed into the state b->S, b->z (scale
+ * *c) as the forward absorbs them; with rows [0, skip) of dq zeroed when j0 = 0
+ * (rows that see no key: zero gradient) */
+static void favor__bwd_causal_head(const favor__map *mp, const favor__bwd_args *x,
+                                   const favor__shape *sh, size_t hk, favor__bwd *b, float *c,
+                                   size_t j0, size_t j1)
+{
+    size_t C = FAVOR__CHUNK, ldk = x->k->row_stride, ldv = x->v->row_stride;
+    size_t grp = sh->hq / sh->hkv, pre, skip, t, i;
+    const float *K = (float *)x->k->data + hk * x->k->head_stride, *V = (float *)x->v->data + hk * x->v->head_stride;
+    favor__causal_edges(sh, &pre, &skip);
+    for (t = 0; !j0 && t < grp; ++t)
+        for (i = 0; i < skip; ++i)
+            memset((float *)x->dq->data + (hk * grp + t) * x->dq->head_stride +
+                       i * x->dq->row_stride,
+                   0, sh->d * sizeof(float));
+    for (; j0 < j1; j0 += C)
+        favor__lin_absorb(mp, b->S, b->z, c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
+                          j1 - j0 < C ? j1 - j0 : C, sh->dv, &b->cb);
+}
+
 /* Causal backward of key/value head hk (see above). */
 static void favor__linear_bwd_causal(const favor__map *mp, const favor__bwd_args *x,
                                      const favor__shape *sh, size_t hk, favor__bwd *b)
 {
-    size_t w = mp->width, dv = sh->dv, d = sh->d, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK;
-    size_t ldk = x->k->row_stride, ldv = x->v->row_stride, lddv = x->dv->row_stride;
-    size_t pre = 0, skip = 0, L, t, i, j0, t0, step;
-    const float *K = (float *)x->k->data + hk * x->k->head_stride, *V = (float *)x->v->data + hk * x->v->head_stride;
-    float *DK = (float *)x->dk->data + hk * x->dk->head_stride, *DV = (float *)x->dv->data + hk * x->dv->head_stride;
+    size_t w = mp->width, pre, skip;
     float c = -INFINITY, lam[2] = { 0.0f, INFINITY };
     favor__stash sto;
-    sto.dk = DK;
-    sto.dv = DV;
-    sto.ws = b->stash;
-    sto.lddk = x->dk->row_stride;
-    sto.lddv = lddv;
-    sto.d = d;
-    sto.per = 3 * grp;
-    if (sh->nk >= sh->n) pre = sh->nk - sh->n; /* keys every row sees */
-    else skip = sh->n - sh->nk;                /* rows that see no key */
-    sto.pre = pre;
-    L = sh->n - skip;
-    step = favor__causal_step(mp, C);
-    memset(b->S, 0, (2 * w * dv + 2 * w) * sizeof(float)); /* S, z, R, rz */
-    for (t = 0; t < grp; ++t) { /* rows that see nothing: zero gradient */
-        size_t h = hk * grp + t;
-        for (i = 0; i < skip; ++i)
-            memset((float *)x->dq->data + h * x->dq->head_stride + i * x->dq->row_stride, 0,
-                   d * sizeof(float));
-    }
-    for (j0 = 0; j0 < pre; j0 += C) /* keys every row sees: absorbed as in the forward */
-        favor__lin_absorb(mp, b->S, b->z, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
-                          pre - j0 < C ? pre - j0 : C, dv, &b->cb);
-    for (t0 = 0; t0 < L; t0 += step)
-        favor__bwd_causal_rows(mp, x, sh, hk, b, &sto, &c, pre + t0, skip + t0,
-                               L - t0 < step ? L - t0 : step);
-    for (t0 = L ? (L - 1) / step * step + step : 0; t0 > 0;) {
-        t0 -= step;
-        favor__bwd_causal_keys(mp, x, sh, hk, b, &sto, lam, pre + t0, skip + t0,
-                               L - t0 < step ? L - t0 : step);
-    }
-    for (j0 = 0; j0 < pre; j0 += C) { /* keys every row sees: the final sums */
-        size_t nr = pre - j0 < C ? pre - j0 : C;
-        favor__bwd_keys_own(mp, b, K + j0 * ldk, ldk, V + j0 * ldv, ldv, nr, dv);
-        favor__bwd_keys_from_sums(mp, b, DV + j0 * lddv, lddv, nr, dv);
-        favor__bwd_keys_finish(mp, b, lam, b->cb.rk, K + j0 * ldk, ldk,
-                               DK + j0 * x->dk->row_stride, x->dk->row_stride, DV + j0 * lddv,
-                               lddv, nr, dv);
-    }
+    favor__stash_make(&sto, x, sh, hk, b->stash);
+    favor__causal_edges(sh, &pre, &skip);
+    memset(b->S, 0, (2 * w * sh->dv + 2 * w) * sizeof(float)); /* S, z, R, rz */
+    favor__bwd_causal_head(mp, x, sh, hk, b, &c, 0, pre);
+    favor__bwd_causal_fwd(mp, x, sh, hk, b, &sto, &c, pre, sh->n - skip, NULL);
+    favor__bwd_causal_back(mp, x, sh, hk, b, &sto, lam, pre, sh->n - skip);
+    favor__bwd_causal_pre(mp, x, sh, hk, b, lam, 0, pre);
 }
 
 /* per-thread floats of a linear backward: the kernel's, then the staging */
@@ -5197,13 +5257,128 @@ static int favor__bsplit_plan(const favor_features *f, const favor_tensor *q,
     return 1;
 }
 
+/* partial sums dst (R, rz: n floats, then lam) += src, at the lesser lam */
+static void favor__bwd_sums_merge(float *dst, const float *src, size_t n)
+{
+    const float *ls = src + n;
+    float *ld = dst + n, x;
+    if (ls[1] == INFINITY) return; /* src is empty */
+    if (ld[1] == INFINITY) {
+        memcpy(dst, src, (n + 2) * sizeof(float));
+        return;
+    }
+    x = (ls[0] - ld[0]) + (ls[1] - ld[1]);
+    if (x < 0.0f) { /* dst brought down to src's lam */
+        favor__scal(dst, favor__s_exp(x), n);
+        ld[0] = ls[0];
+        ld[1] = ls[1];
+        favor__vadd(dst, src, n);
+    } else {
+        favor__axpy(dst, favor__s_exp(-x), src, n);
+    }
+}
+
+/* The causal linear backward split inside key/value heads (fewer than
+ * FAVOR__SPLIT of them and more than one segment of keys), after the state's
+ * segment sums and scan: the chunk-parallel scan run both ways, as the loops of
+ * the parallel region of favor__linear_bwd_split.
+ *   a. each segment's causal rows of every query head, from a private copy of
+ *      the state of the keys before it, as the one-head forward pass runs them
+ *      (dq, the stash), and their own sums R, rz at their own scale lam, into
+ *      the segment's partial slot;
+ *   b. per head, a suffix scan: partial p += partial p + 1 (at the lesser lam),
+ *      so partial p holds the sums of the rows of segments p and later;
+ *   c. each segment's keys, last chunk first as the one-head reverse pass, from
+ *      a private copy of partial p + 1 (none for the last segment); keys every
+ *      row sees (n_k > n) from partial 0.
+ * Items touch disjoint rows of dq, dk, dv and of the stash (shared per head). */
+static void favor__bwd_split_causal(const favor__map *mp, const favor_tensor *q,
+                                    const favor_tensor *k, const favor_tensor *v,
+                                    const favor_tensor *dout, const favor_tensor *dq,
+                                    const favor_tensor *dk, const favor_tensor *dv,
+                                    const favor__shape *sh, const favor__bsplit *bs,
+                                    favor__bwd *b, float *stage, size_t stg, float *slots,
+                                    float *parts, float *stash)
+{
+    const favor__split *sp = &bs->sp;
+    size_t w = mp->width, ncol = sh->dv, grp = sh->hq / sh->hkv, n = w * (ncol + 1);
+    size_t P = sp->parts, per = P * sp->slot, pre, skip;
+    long it;
+    favor__lbv l;
+    favor__causal_edges(sh, &pre, &skip);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+    for (it = 0; it < (long)(sh->hkv * P); ++it) { /* a: rows, dq, own sums */
+        size_t g = (size_t)it / P, p = (size_t)it % P, j0 = p * sp->seg, j1, ks;
+        float *pt = parts + (size_t)it * bs->pslot, c = -INFINITY;
+        favor__bwd bb = *b;
+        favor__stash sto;
+        j1 = sh->nk - j0 < sp->seg ? sh->nk : j0 + sp->seg;
+        ks = j0 > pre ? j0 : pre < j1 ? pre : j1;
+        favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+        favor__stash_make(&sto, &l.x, sh, 0, stash ? stash + g * sh->n * 3 * grp : NULL);
+        if (p) {
+            const float *src = slots + g * per + (p - 1) * sp->slot;
+            memcpy(bb.S, src, n * sizeof(float)); /* S, z */
+            c = src[2 * n];
+        } else {
+            memset(bb.S, 0, n * sizeof(float));
+        }
+        bb.R = pt;
+        bb.rz = pt + w * ncol;
+        memset(pt, 0, n * sizeof(float));
+        pt[n] = 0.0f;
+        pt[n + 1] = INFINITY;
+        favor__bwd_causal_head(mp, &l.x, sh, 0, &bb, &c, j0, ks);
+        favor__bwd_causal_fwd(mp, &l.x, sh, 0, &bb, &sto, &c, ks, j1 - ks, pt + n);
+    }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+    for (it = 0; it < (long)sh->hkv; ++it) { /* b: suffix sums */
+        float *p0 = parts + (size_t)it * P * bs->pslot;
+        size_t p;
+        for (p = P - 1; p > 0; --p)
+            favor__bwd_sums_merge(p0 + (p - 1) * bs->pslot, p0 + p * bs->pslot, n);
+    }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+    for (it = 0; it < (long)(sh->hkv * P); ++it) { /* c: keys, dk and dv */
+        size_t g = (size_t)it / P, p = (size_t)it % P, j0 = p * sp->seg, j1, ks;
+        const float *p0 = parts + g * P * bs->pslot;
+        float lam[2] = { 0.0f, INFINITY };
+        favor__stash sto;
+        j1 = sh->nk - j0 < sp->seg ? sh->nk : j0 + sp->seg;
+        ks = j0 > pre ? j0 : pre < j1 ? pre : j1;
+        favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+        favor__stash_make(&sto, &l.x, sh, 0, stash ? stash + g * sh->n * 3 * grp : NULL);
+        if (p + 1 < P) {
+            memcpy(b->R, p0 + (p + 1) * bs->pslot, n * sizeof(float)); /* R, rz */
+            lam[0] = p0[(p + 1) * bs->pslot + n];
+            lam[1] = p0[(p + 1) * bs->pslot + n + 1];
+        } else {
+            memset(b->R, 0, n * sizeof(float));
+        }
+        favor__bwd_causal_back(mp, &l.x, sh, 0, b, &sto, lam, ks, j1 - ks);
+        if (j0 < ks) { /* keys every row sees: the sums of every row */
+            memcpy(b->R, p0, n * sizeof(float));
+            lam[0] = p0[n];
+            lam[1] = p0[n + 1];
+            favor__bwd_causal_pre(mp, &l.x, sh, 0, b, lam, j0, ks);
+        }
+    }
+}
+
 static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
                                     const favor_tensor *k, const favor_tensor *v,
                                     const favor_tensor *dout, const favor_tensor *dq,
                                     const favor_tensor *dk, const favor_tensor *dv,
                                     const favor__shape *sh, const favor__bsplit *bs,
-                                    float *ws, size_t slice, float *stage, size_t stg,
-                                    float *slots, float *parts, size_t nt)
+                                    int causal, float *ws, size_t slice, float *stage,
+                                    size_t stg, float *slots, float *parts, float *stash,
+                                    size_t nt)
 {
     const favor__split *sp = &bs->sp;
     size_t w = mp->width, ncol = sh->dv, grp = sh->hq / sh->hkv, n = w * (ncol + 1);
@@ -5236,6 +5411,7 @@ static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
 #endif
         for (it = 0; it < (long)(sh->hkv * sp->parts); ++it) { /* the state: segment sums */
             size_t g = (size_t)it / sp->parts, p = (size_t)it % sp->parts;
+            if (causal && p + 1 == sp->parts) continue; /* the last: not needed */
             favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
             qg.k = &l.K;
             qg.v = &l.V;
@@ -5246,62 +5422,67 @@ static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
 #endif
         for (it = 0; it < (long)sh->hkv; ++it)
             favor__split_scan(sp, n, slots + (size_t)it * per, mine);
+        if (causal) {
+            favor__bwd_split_causal(mp, q, k, v, dout, dq, dk, dv, sh, bs, &b, stage, stg, slots,
+                                    parts, stash);
+        } else { /* rows: dq, partial sums; per head: the partials at the least lam; keys */
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (it = 0; it < (long)(sh->hq * bs->rparts); ++it) { /* rows: dq, partial sums */
-            size_t h = (size_t)it / bs->rparts, rp = (size_t)it % bs->rparts, g = h / grp;
-            size_t i0 = rp * bs->rrows, i1 = sh->n - i0 < bs->rrows ? sh->n : i0 + bs->rrows;
-            float *last = slots + g * per + (sp->parts - 1) * sp->slot;
-            float *pt = parts + (size_t)it * bs->pslot;
-            favor__bwd bb = b;
-            favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
-            bb.S = last;
-            bb.z = last + w * ncol;
-            bb.R = pt;
-            bb.rz = pt + w * ncol;
-            memset(pt, 0, n * sizeof(float));
-            pt[n] = 0.0f;
-            pt[n + 1] = INFINITY;
-            favor__bwd_full_rows(mp, &l.x, sh, 0, h % grp, i0, i1, &bb, pt + n);
-        }
+            for (it = 0; it < (long)(sh->hq * bs->rparts); ++it) { /* rows: dq, partial sums */
+                size_t h = (size_t)it / bs->rparts, rp = (size_t)it % bs->rparts, g = h / grp;
+                size_t i0 = rp * bs->rrows, i1 = sh->n - i0 < bs->rrows ? sh->n : i0 + bs->rrows;
+                float *last = slots + g * per + (sp->parts - 1) * sp->slot;
+                float *pt = parts + (size_t)it * bs->pslot;
+                favor__bwd bb = b;
+                favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+                bb.S = last;
+                bb.z = last + w * ncol;
+                bb.R = pt;
+                bb.rz = pt + w * ncol;
+                memset(pt, 0, n * sizeof(float));
+                pt[n] = 0.0f;
+                pt[n + 1] = INFINITY;
+                favor__bwd_full_rows(mp, &l.x, sh, 0, h % grp, i0, i1, &bb, pt + n);
+            }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (it = 0; it < (long)sh->hkv; ++it) { /* per head: the partials at the least lam */
-            size_t np = grp * bs->rparts, p;
-            float *p0 = parts + (size_t)it * np * bs->pslot, lo[2] = { 0.0f, INFINITY };
-            for (p = 0; p < np; ++p) {
-                const float *lp = p0 + p * bs->pslot + n;
-                if (lp[1] < INFINITY &&
-                    (lo[1] == INFINITY || (lp[0] - lo[0]) + (lp[1] - lo[1]) < 0.0f)) {
-                    lo[0] = lp[0];
-                    lo[1] = lp[1];
+            for (it = 0; it < (long)sh->hkv; ++it) { /* per head: the partials at the least lam */
+                size_t np = grp * bs->rparts, p;
+                float *p0 = parts + (size_t)it * np * bs->pslot, lo[2] = { 0.0f, INFINITY };
+                for (p = 0; p < np; ++p) {
+                    const float *lp = p0 + p * bs->pslot + n;
+                    if (lp[1] < INFINITY &&
+                        (lo[1] == INFINITY || (lp[0] - lo[0]) + (lp[1] - lo[1]) < 0.0f)) {
+                        lo[0] = lp[0];
+                        lo[1] = lp[1];
+                    }
                 }
+                for (p = 0; p < np; ++p) {
+                    const float *pp = p0 + p * bs->pslot, *lp = pp + n;
+                    float e = lp[1] < INFINITY ? favor__s_exp((lo[0] - lp[0]) + (lo[1] - lp[1])) : 0.0f;
+                    if (!p) favor__scal(p0, e, n);
+                    else if (e != 0.0f) favor__axpy(p0, e, pp, n);
+                }
+                p0[n] = lo[0];
+                p0[n + 1] = lo[1];
             }
-            for (p = 0; p < np; ++p) {
-                const float *pp = p0 + p * bs->pslot, *lp = pp + n;
-                float e = lp[1] < INFINITY ? favor__s_exp((lo[0] - lp[0]) + (lo[1] - lp[1])) : 0.0f;
-                if (!p) favor__scal(p0, e, n);
-                else if (e != 0.0f) favor__axpy(p0, e, pp, n);
-            }
-            p0[n] = lo[0];
-            p0[n + 1] = lo[1];
-        }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (it = 0; it < (long)(sh->hkv * kblocks); ++it) { /* keys: dk, dv */
-            size_t g = (size_t)it / kblocks, j0 = ((size_t)it % kblocks) * FAVOR__ROWBLK;
-            size_t j1 = sh->nk - j0 < FAVOR__ROWBLK ? sh->nk : j0 + FAVOR__ROWBLK;
-            float *R = parts + g * grp * bs->rparts * bs->pslot;
-            favor__bwd bb = b;
-            favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
-            bb.R = R;
-            bb.rz = R + w * ncol;
-            favor__bwd_full_keys(mp, &l.x, sh, 0,
-                                 slots[g * per + (sp->parts - 1) * sp->slot + 2 * n], R + n,
-                                 j0, j1, &bb);
+            for (it = 0; it < (long)(sh->hkv * kblocks); ++it) { /* keys: dk, dv */
+                size_t g = (size_t)it / kblocks, j0 = ((size_t)it % kblocks) * FAVOR__ROWBLK;
+                size_t j1 = sh->nk - j0 < FAVOR__ROWBLK ? sh->nk : j0 + FAVOR__ROWBLK;
+                float *R = parts + g * grp * bs->rparts * bs->pslot;
+                favor__bwd bb = b;
+                favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+                bb.R = R;
+                bb.rz = R + w * ncol;
+                favor__bwd_full_keys(mp, &l.x, sh, 0,
+                                     slots[g * per + (sp->parts - 1) * sp->slot + 2 * n], R + n,
+                                     j0, j1, &bb);
+            }
         }
         if (any16) {
 #ifdef _OPENMP
@@ -5319,20 +5500,22 @@ static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
 }
 
 /* Floats of a linear backward's workspace on nt threads: nt slices (the
- * kernel's buffers, then, when not split, a head's staging); split
- * (non-causal, fewer than FAVOR__SPLIT key/value heads): the staging of every
- * head (*stg each) at *stage_at, the key slots at *slots_at, the row partials
- * at *parts_at. */
+ * kernel's buffers, then, when not split, a head's staging); split (fewer than
+ * FAVOR__SPLIT key/value heads; causal: more than one segment): the staging of
+ * every head (*stg each) at *stage_at, the key slots at *slots_at, the partials
+ * at *parts_at (non-causal: of the row parts; causal: of the segments), and,
+ * causal with the stash in the workspace, every head's stash at *stash_at. */
 static size_t favor__linear_bwd_plan(const favor_features *f, const favor_tensor *q,
                                      const favor_tensor *k, const favor_tensor *v,
                                      const favor_tensor *dout, const favor_tensor *dq,
                                      const favor_tensor *dk, const favor_tensor *dv, int causal,
                                      int any16, size_t nt, int *split, favor__bsplit *bs,
                                      size_t *slice, size_t *stg, size_t *stage_at,
-                                     size_t *slots_at, size_t *parts_at)
+                                     size_t *slots_at, size_t *parts_at, size_t *stash_at)
 {
     size_t all, t, hkv = favor__nheads(k), grp = q->heads / k->heads;
-    *split = !causal && favor__bsplit_plan(f, q, k, v, bs);
+    *split = favor__bsplit_plan(f, q, k, v, bs) && (!causal || bs->sp.parts > 1);
+    *stash_at = 0;
     if (!*split)
         return (all = favor__linear_bwd_call_floats(f, q, k, v, dout, dq, dk, dv, causal, any16))
                    ? favor__slices(all, nt, slice)
@@ -5349,8 +5532,13 @@ static size_t favor__linear_bwd_plan(const favor_features *f, const favor_tensor
     if (!favor__mul_ok(hkv * bs->sp.cap, bs->sp.slot, &t) || !favor__add_ok(all, t, &all))
         return 0;
     *parts_at = all;
-    if (!favor__mul_ok(favor__nheads(q) * bs->rcap, bs->pslot, &t) || !favor__add_ok(all, t, &all))
+    if (!favor__mul_ok(causal ? hkv * bs->sp.cap : favor__nheads(q) * bs->rcap, bs->pslot, &t) ||
+        !favor__add_ok(all, t, &all))
         return 0;
+    if (causal && favor__stash_in_ws(grp, f->dim, v->cols)) {
+        *stash_at = all;
+        if (!favor__mul_ok(hkv * q->rows, 3 * grp, &t) || !favor__add_ok(all, t, &all)) return 0;
+    }
     return all <= SIZE_MAX / sizeof(float) ? all : 0;
 }
 
@@ -5360,13 +5548,15 @@ FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features 
                                                            const favor_tensor *v,
                                                            const favor_options *opts)
 {
-    size_t slice, stg, stage_at, slots_at, parts_at;
+    size_t slice, stg, stage_at, slots_at, parts_at, stash_at;
     favor__bsplit bs;
     int split;
     if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
-    return favor__ws_bytes(favor__linear_bwd_plan(
-        f, q, k, v, q, q, k, v, opts && (opts->flags & FAVOR_CAUSAL), favor__any16(q, k, v),
-        favor__nthreads(opts), &split, &bs, &slice, &stg, &stage_at, &slots_at, &parts_at));
+    return favor__ws_bytes(favor__linear_bwd_plan(f, q, k, v, q, q, k, v,
+                                                  opts && (opts->flags & FAVOR_CAUSAL),
+                                                  favor__any16(q, k, v), favor__nthreads(opts),
+                                                  &split, &bs, &slice, &stg, &stage_at,
+                                                  &slots_at, &parts_at, &stash_at));
 }
 
 FAVOR_API favor_status favor_linear_attention_backward(
@@ -5382,6 +5572,7 @@ FAVOR_API favor_status favor_linear_attention_backward(
     int causal, in_ws, split;
     long g;
     size_t floats, nt, slice, grp, kern, stg = 0, stage_at = 0, slots_at = 0, parts_at = 0;
+    size_t stash_at = 0;
     favor__bsplit bs;
     favor__why w = favor__why_of(opts);
     if (!f) return favor__no(&w, FAVOR_E_NULL, "f is NULL");
@@ -5405,13 +5596,15 @@ FAVOR_API favor_status favor_linear_attention_backward(
     nt = favor__nthreads(opts);
     kern = favor__linear_bwd_floats(f, grp, sh.d, sh.dv, sh.n, causal);
     if (!(floats = favor__linear_bwd_plan(f, q, k, v, dout, dq, dk, dv, causal, 0, nt, &split,
-                                          &bs, &slice, &stg, &stage_at, &slots_at, &parts_at)))
+                                          &bs, &slice, &stg, &stage_at, &slots_at, &parts_at,
+                                          &stash_at)))
         return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
     if (split) {
-        favor__linear_bwd_split(&mp, q, k, v, dout, dq, dk, dv, &sh, &bs, ws, slice,
-                                ws + stage_at, stg, ws + slots_at, ws + parts_at, nt);
+        favor__linear_bwd_split(&mp, q, k, v, dout, dq, dk, dv, &sh, &bs, causal, ws, slice,
+                                ws + stage_at, stg, ws + slots_at, ws + parts_at,
+                                stash_at ? ws + stash_at : NULL, nt);
         favor__ws_put(owned);
         return FAVOR_OK;
     }

@@ -617,6 +617,12 @@ static const bw_case acc_cases[] = {
     { 4, 2,  200, 130, 16, 12, 40, 1, 0.2f,  TV_PADDED,      TV_INTERLEAVED, TV_PACKED,      TV_PADDED,      0 },
     /* one key/value head split inside (non-causal linear: 3 key segments, 2 row parts) */
     { 2, 1,  150, 1100, 16,  8, 32, 0, 0.0f,  TV_INTERLEAVED, TV_PADDED,      TV_PACKED,      TV_PACKED,      1 },
+    /* causal linear split inside the head (the chunk-parallel scan both ways): 3
+     * segments; keys every row sees filling segment 0 and part of 1 (n_k > n);
+     * rows that see no key (n_k < n) */
+    { 2, 1, 1100, 1100, 16,  8, 32, 1, 0.0f,  TV_PACKED,      TV_PADDED,      TV_INTERLEAVED, TV_PACKED,      1 },
+    { 2, 1,  300, 1300, 16,  8, 32, 1, 0.1f,  TV_INTERLEAVED, TV_PACKED,      TV_PACKED,      TV_PADDED,      0 },
+    { 2, 1, 1200, 1100,  8,  8, 32, 1, 0.0f,  TV_PADDED,      TV_INTERLEAVED, TV_PADDED,      TV_PACKED,      1 },
 };
 
 static void test_backward_accuracy(void **state)
@@ -650,6 +656,8 @@ static const bw_case stash_cases[] = {
     { 2, 1,  130,  70, 3, 3, 16, 1, 0.0f, TV_PACKED, TV_PACKED,      TV_PACKED, TV_INTERPAD,    0 },
     { 1, 1,  100, 100, 1, 2, 16, 1, 0.0f, TV_PACKED, TV_PACKED,      TV_PACKED, TV_PADDED,      0 },
     { 4, 1,   70, 130, 4, 8, 16, 1, 0.0f, TV_PACKED, TV_PADDED,      TV_PACKED, TV_PADDED,      1 },
+    /* split inside the head (3 segments), the stash of 12 > 4 in the workspace */
+    { 4, 1, 1100, 1100, 2, 2, 16, 1, 0.0f, TV_PACKED, TV_INTERLEAVED, TV_PACKED, TV_PADDED,  1 },
     /* normal shapes */
     { 4, 2,   65,  65, 16, 8, 32, 1, 0.0f, TV_INTERLEAVED, TV_INTERLEAVED, TV_PACKED, TV_INTERLEAVED, 1 },
     { 1, 1,  150, 150, 8, 8, 32, 1, 0.0f, TV_PADDED, TV_PADDED,      TV_PADDED, TV_PADDED,      0 },
