@@ -152,16 +152,16 @@
  * query blocks (decoding: blocks of 512 keys of every key/value head), the others
  * split key/value heads, and inside them when there are fewer than 8 (linear
  * attention/extend: segments of keys, then blocks of output rows or, causal, a
- * chunk-parallel scan; the non-causal linear backward likewise; the softmax
- * backward, when heads alone leave threads idle: key parts for dK, dV and query
- * blocks for dQ). The split is fixed by the shape, so results are bit-identical
- * for any thread count. The causal linear backward splits only key/value heads.
+ * chunk-parallel scan; the linear backward likewise, the causal one scanning the
+ * segments' row sums back from the end; the softmax backward, when heads alone
+ * leave threads idle: key parts for dK, dV and query blocks for dQ). The split
+ * is fixed by the shape, so results are bit-identical for any thread count.
  *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
  * needs (a slice per thread; with fewer than 8 key/value heads, ceil(8 / heads)
- * states per key/value head for the split, and for the non-causal linear backward
- * ceil(8 / query heads) partial sums per query head; any alignment; independent
- * of the sequence length,
+ * states per key/value head for the split, and for the linear backward
+ * ceil(8 / query heads) partial sums per query head (causal: ceil(8 / heads)
+ * per key/value head); any alignment; independent of the sequence length,
  * except for softmax decoding, whose per-block partials take R (d_v + 2) floats
  * per 512 keys per key/value head, R = query rows x query heads per key/value
  * head: 0.5% of the cache's bytes for R = 1, d = d_v, and for a backward pass
@@ -211,8 +211,8 @@
  *          of a refused call; favor_default_options sets them to NULL and 0.
  *          The workspace queries check q's heads against k's for every path.
  *          With fewer than 8 key/value heads the linear forward, extend and
- *          non-causal linear backward split inside each head: their rounding
- *          (not their accuracy bounds) differs from 0.3 when n_k > 512.
+ *          linear backward split inside each head: their rounding (not their
+ *          accuracy bounds) differs from 0.3 when n_k > 512.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
