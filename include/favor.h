@@ -3622,11 +3622,13 @@ static void favor__split_sums(const favor__map *mp, const favor__split *sp,
     slot[2 * w * (dv + 1)] = c;
 }
 
-/* step 2: the slots of one head become prefix states */
-static void favor__split_scan(const favor__split *sp, size_t n, float *slots, float *tmp)
+/* step 2: the slots of one head become prefix states; causal: all but the last,
+ * whose sums step 1 skips (no segment reads the state after the last one) */
+static void favor__split_scan(const favor__split *sp, size_t n, float *slots, float *tmp,
+                              int causal)
 {
     size_t p;
-    for (p = 1; p < sp->parts; ++p) {
+    for (p = 1; p + (causal ? 1 : 0) < sp->parts; ++p) {
         float *dst = slots + p * sp->slot;
         const float *src = dst - sp->slot;
         favor__state_merge(dst, dst + 2 * n, src, src[2 * n], n, tmp);
@@ -3713,7 +3715,7 @@ static void favor__linear_split(const favor__map *mp, const favor_tensor *q,
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (it = 0; it < (long)sh->hkv; ++it)
-            favor__split_scan(sp, w * (dv + 1), slots + (size_t)it * per, mine);
+            favor__split_scan(sp, w * (dv + 1), slots + (size_t)it * per, mine, causal);
         items = causal ? sums : (long)(sh->hq * blocks);
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
@@ -5421,7 +5423,7 @@ static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (it = 0; it < (long)sh->hkv; ++it)
-            favor__split_scan(sp, n, slots + (size_t)it * per, mine);
+            favor__split_scan(sp, n, slots + (size_t)it * per, mine, causal);
         if (causal) {
             favor__bwd_split_causal(mp, q, k, v, dout, dq, dk, dv, sh, bs, &b, stage, stg, slots,
                                     parts, stash);
