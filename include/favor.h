@@ -3608,14 +3608,27 @@ static void favor__state_merge(float *dst, float *cd, const float *src, float cs
     favor__kahan_add(dst, dst + n, tmp, n);
 }
 
+/* segment p's keys [*j0, *j1); causal: *ks, where its causal keys begin (the
+ * keys before every row sees; NULL: not wanted) */
+static void favor__seg_keys(const favor__split *sp, const favor__shape *sh, size_t p,
+                            size_t *j0, size_t *j1, size_t *ks)
+{
+    size_t pre, skip;
+    *j0 = p * sp->seg;
+    *j1 = sh->nk - *j0 < sp->seg ? sh->nk : *j0 + sp->seg;
+    if (!ks) return;
+    favor__causal_edges(sh, &pre, &skip);
+    *ks = *j0 > pre ? *j0 : pre < *j1 ? pre : *j1;
+}
+
 /* step 1: the sums of segment p of head g into its slot */
 static void favor__split_sums(const favor__map *mp, const favor__split *sp,
                               const favor__shape *sh, float *slot, size_t p, int comp,
                               favor__qgroup *qg, favor__chunk *cb)
 {
-    size_t w = mp->width, dv = sh->dv, j0 = p * sp->seg;
-    size_t j1 = sh->nk - j0 < sp->seg ? sh->nk : j0 + sp->seg;
+    size_t w = mp->width, dv = sh->dv, j0, j1;
     float c = -INFINITY;
+    favor__seg_keys(sp, sh, p, &j0, &j1, NULL);
     memset(slot, 0, 2 * w * (dv + 1) * sizeof(float));
     cb->comp = comp ? slot + w * (dv + 1) : NULL; /* else the errors stay 0 */
     favor__lin_absorb_rows(mp, slot, slot + w * dv, &c, qg, j0, j1, dv, cb);
@@ -3641,13 +3654,12 @@ static void favor__split_causal(const favor__map *mp, const favor__split *sp,
                                 const favor__shape *sh, size_t p, float *S, float *z,
                                 float *E, float *c, favor__qgroup *qg, favor__chunk *cb)
 {
-    size_t dv = sh->dv, pre, skip, t;
-    size_t j0 = p * sp->seg, j1 = sh->nk - j0 < sp->seg ? sh->nk : j0 + sp->seg, ks;
+    size_t dv = sh->dv, pre, skip, t, j0, j1, ks;
     favor__causal_edges(sh, &pre, &skip);
+    favor__seg_keys(sp, sh, p, &j0, &j1, &ks);
     if (!p)
         for (t = 0; t < qg->count; ++t) favor__zero_rows(qg->o, qg->h0 + t, 0, skip);
     cb->comp = E;
-    ks = j0 > pre ? j0 : pre < j1 ? pre : j1;
     favor__lin_absorb_rows(mp, S, z, c, qg, j0, ks, dv, cb);
     if (ks == j1) return;
     qg->kr0 = ks;
@@ -5304,20 +5316,18 @@ static void favor__bwd_split_causal(const favor__map *mp, const favor_tensor *q,
 {
     const favor__split *sp = &bs->sp;
     size_t w = mp->width, ncol = sh->dv, grp = sh->hq / sh->hkv, n = w * (ncol + 1);
-    size_t P = sp->parts, per = P * sp->slot, pre, skip;
+    size_t P = sp->parts, per = P * sp->slot;
     long it;
     favor__lbv l;
-    favor__causal_edges(sh, &pre, &skip);
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
     for (it = 0; it < (long)(sh->hkv * P); ++it) { /* a: rows, dq, own sums */
-        size_t g = (size_t)it / P, p = (size_t)it % P, j0 = p * sp->seg, j1, ks;
+        size_t g = (size_t)it / P, p = (size_t)it % P, j0, j1, ks;
         float *pt = parts + (size_t)it * bs->pslot, c = -INFINITY;
         favor__bwd bb = *b;
         favor__stash sto;
-        j1 = sh->nk - j0 < sp->seg ? sh->nk : j0 + sp->seg;
-        ks = j0 > pre ? j0 : pre < j1 ? pre : j1;
+        favor__seg_keys(sp, sh, p, &j0, &j1, &ks);
         favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
         favor__stash_make(&sto, &l.x, sh, 0, stash ? stash + g * sh->n * 3 * grp : NULL);
         if (p) {
@@ -5348,12 +5358,11 @@ static void favor__bwd_split_causal(const favor__map *mp, const favor_tensor *q,
 #pragma omp for schedule(dynamic, 1)
 #endif
     for (it = 0; it < (long)(sh->hkv * P); ++it) { /* c: keys, dk and dv */
-        size_t g = (size_t)it / P, p = (size_t)it % P, j0 = p * sp->seg, j1, ks;
+        size_t g = (size_t)it / P, p = (size_t)it % P, j0, j1, ks;
         const float *p0 = parts + g * P * bs->pslot;
         float lam[2] = { 0.0f, INFINITY };
         favor__stash sto;
-        j1 = sh->nk - j0 < sp->seg ? sh->nk : j0 + sp->seg;
-        ks = j0 > pre ? j0 : pre < j1 ? pre : j1;
+        favor__seg_keys(sp, sh, p, &j0, &j1, &ks);
         favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
         favor__stash_make(&sto, &l.x, sh, 0, stash ? stash + g * sh->n * 3 * grp : NULL);
         if (p + 1 < P) {
