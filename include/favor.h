@@ -88,6 +88,11 @@
  *     FAVOR_HYPERBOLIC  exp(-|x'|^2/2 - c) [exp(Wx'), exp(-Wx')] / sqrt(2m)  2m
  *     FAVOR_TRIG        exp(|x'|^2/2 - c) [sin Wx', cos Wx'] / sqrt(m)       2m
  *     FAVOR_RELU        relu(W x') / sqrt(m) + 1e-3                width m
+ *     FAVOR_POLY2       [1, x', x'_i x'_j (i < j), x'_i^2 / sqrt(2)]
+ *                                              width 1 + d + d (d + 1) / 2
+ * POLY2 is exact and deterministic (no W): phi(q).phi(k) = 1 + t + t^2/2 with t
+ * = s q.k, the second-order Taylor expansion of exp(t), which is positive for
+ * every t ((1 + t)^2 / 2 + 1/2 >= 1/2), so no stabilizer is needed.
  * POSITIVE, HYPERBOLIC and TRIG are unbiased: E[phi(q).phi(k)] = exp(s q.k) (with
  * c = 0). c is a stabilizer that cancels in the attention ratio: per row for
  * queries; for keys one constant per head (non-causal) or a running maximum over
@@ -359,7 +364,8 @@ typedef enum {
     FAVOR_POSITIVE,
     FAVOR_HYPERBOLIC,
     FAVOR_TRIG,
-    FAVOR_RELU
+    FAVOR_RELU,
+    FAVOR_POLY2
 } favor_kernel;
 
 /* Flags of favor_features_init(). Orthogonal blocks and chi norms by default. */
@@ -380,23 +386,25 @@ typedef struct {
     favor_kernel kernel;
     unsigned flags;
     size_t dim;          /* d                                        */
-    size_t count;        /* m (ELU1: d)                              */
+    size_t count;        /* m (ELU1, POLY2: d)                       */
     float scale;         /* s, initialised to 1/sqrt(d)              */
     unsigned long long seed;
-    float *w;            /* count x dim (NULL for ELU1)              */
-    float *wt;           /* dim x count (NULL for ELU1)              */
+    float *w;            /* count x dim (NULL for ELU1, POLY2)       */
+    float *wt;           /* dim x count (NULL for ELU1, POLY2)       */
 } favor_features;
 
 /* Floats of storage favor_features_init() needs: 2*count*dim + 2*dim for the
- * random maps (W, its transpose, a sampling scratch row), 0 for FAVOR_ELU1.
+ * random maps (W, its transpose, a sampling scratch row), 0 for FAVOR_ELU1 and
+ * FAVOR_POLY2.
  * Returns 0 as well for arguments init would reject. */
 FAVOR_API size_t favor_features_floats(favor_kernel kernel, size_t dim, size_t count);
 
 /* Draw W for `kernel` with `count` = m rows of dimension `dim` = d (any m >= 1;
- * ELU1 takes count 0 or d and no storage). Cost O(m d^2) in double. storage must
- * hold favor_features_floats() floats and outlive f. Errors: FAVOR_E_NULL (f, or
- * storage when needed), FAVOR_E_SHAPE (dim or count 0, or count != d for ELU1),
- * FAVOR_E_OVERFLOW, FAVOR_E_ARG (unknown kernel or flag). */
+ * ELU1 and POLY2 take count 0 or d and no storage; POLY2 d <= 4096). Cost
+ * O(m d^2) in double. storage must hold favor_features_floats() floats and
+ * outlive f. Errors: FAVOR_E_NULL (f, or storage when needed), FAVOR_E_SHAPE
+ * (dim or count 0, or count != d for ELU1 and POLY2), FAVOR_E_OVERFLOW (sizes,
+ * POLY2's d), FAVOR_E_ARG (unknown kernel or flag). */
 FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kernel,
                                            size_t dim, size_t count, unsigned flags,
                                            unsigned long long seed, float *storage);
@@ -1662,14 +1670,56 @@ static int favor__stabilized(favor_kernel k)
  * the features (stored as floats) would all compare above it. */
 #define FAVOR__RELU_FLOOR ((float)1e-3f)
 
+/* the maps without W (deterministic): count is d */
+static int favor__fixed(favor_kernel k) { return k == FAVOR_ELU1 || k == FAVOR_POLY2; }
+
+/* POLY2's largest d: its width, about d^2 / 2, times the chunk and d_v stays far
+ * from overflow on 32-bit size_t too */
+#define FAVOR__POLY2_MAXD 4096
+
 static size_t favor__width(favor_kernel k, size_t d, size_t m)
 {
     switch (k) {
     case FAVOR_ELU1: return d;
     case FAVOR_POSITIVE: case FAVOR_RELU: return m;
     case FAVOR_HYPERBOLIC: case FAVOR_TRIG: return 2 * m;
+    case FAVOR_POLY2: return d <= FAVOR__POLY2_MAXD ? 1 + d + d * (d + 1) / 2 : 0;
     }
     return 0;
+}
+
+/* POLY2's features of one row x (d floats) at sqs = sqrt(s): 1, x', then for
+ * each i the products x'_i x'_j, j >= i, the square divided by sqrt(2), so that
+ * phi(a).phi(b) = 1 + a'.b' + (a'.b')^2 / 2 */
+static void favor__poly2_row(float *out, const float *x, size_t d, float sqs)
+{
+    size_t i;
+    float *lin = out + 1, *quad = out + 1 + d;
+    out[0] = 1.0f;
+    memcpy(lin, x, d * sizeof(float));
+    favor__scal(lin, sqs, d);
+    for (i = 0; i < d; quad += d - i, ++i) {
+        memcpy(quad, lin + i, (d - i) * sizeof(float));
+        favor__scal(quad, lin[i], d - i);
+        quad[0] *= 0.70710678f; /* 1/sqrt(2) */
+    }
+}
+
+/* POLY2's map backward of one row: dx = sqrt(s) dphi_lin, and from each packed
+ * row i of the products (s x_i x_j, j > i; s x_i^2 / sqrt(2)): dx_i += s
+ * (sum_{j>i} g_ij x_j + sqrt(2) g_ii x_i), dx_j += s x_i g_ij */
+static void favor__poly2_grad(float *dx, const float *x, const float *g, size_t d, float sqs)
+{
+    size_t i;
+    float s = sqs * sqs;
+    const float *quad = g + 1 + d;
+    memcpy(dx, g + 1, d * sizeof(float));
+    favor__scal(dx, sqs, d);
+    for (i = 0; i < d; quad += d - i, ++i) {
+        size_t n = d - i - 1;
+        dx[i] += s * (favor__dot(quad + 1, x + i + 1, n) + 1.41421356f * quad[0] * x[i]);
+        favor__axpy(dx + i + 1, s * x[i], quad + 1, n);
+    }
 }
 
 static void favor__map_make(favor__map *mp, const favor_features *f, float scale)
@@ -1690,9 +1740,10 @@ static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, siz
                            float *buf, size_t ldb, float *r)
 {
     size_t i, l, m = mp->m;
-    if (mp->kernel == FAVOR_ELU1) {
+    if (favor__fixed(mp->kernel)) {
         for (i = 0; i < rows; ++i) {
-            favor__elu1_array(buf + i * ldb, x + i * ldx, mp->d);
+            if (mp->kernel == FAVOR_ELU1) favor__elu1_array(buf + i * ldb, x + i * ldx, mp->d);
+            else favor__poly2_row(buf + i * ldb, x + i * ldx, mp->d, mp->sqs);
             r[i] = 0.0f;
         }
         return;
@@ -1730,7 +1781,7 @@ static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, siz
             r[i] = 0.0f;
             break;
         }
-        case FAVOR_ELU1:
+        case FAVOR_ELU1: case FAVOR_POLY2:
             break;
         }
     }
@@ -1773,6 +1824,11 @@ static void favor__phi_backward(const favor__map *mp, const float *x, size_t ldx
             favor__elu1_grad(dx + i * lddx, x + i * ldx, phi + i * ldp, dphi + i * ldd, d);
         return;
     }
+    if (mp->kernel == FAVOR_POLY2) {
+        for (i = 0; i < rows; ++i)
+            favor__poly2_grad(dx + i * lddx, x + i * ldx, dphi + i * ldd, d, gain);
+        return;
+    }
     for (i = 0; i < rows; ++i) { /* dphi row -> the m-wide vector W^T is applied to */
         const float *f = phi + i * ldp;
         float *g = dphi + i * ldd, sum = 0.0f;
@@ -1797,7 +1853,7 @@ static void favor__phi_backward(const favor__map *mp, const float *x, size_t ldx
         case FAVOR_RELU:
             for (l = 0; l < m; ++l) g[l] = f[l] > FAVOR__RELU_FLOOR ? g[l] : 0.0f;
             break;
-        case FAVOR_ELU1:
+        case FAVOR_ELU1: case FAVOR_POLY2:
             break;
         }
         sums[i] = sum;
@@ -2030,7 +2086,7 @@ static favor_status favor__check_options(const favor_options *o)
     return FAVOR_OK;
 }
 
-static int favor__kernel_ok(int k) { return k >= FAVOR_ELU1 && k <= FAVOR_RELU; }
+static int favor__kernel_ok(int k) { return k >= FAVOR_ELU1 && k <= FAVOR_POLY2; }
 
 static favor_status favor__check_features(const favor_features *f, const favor__why *w)
 {
@@ -2043,10 +2099,14 @@ static favor_status favor__check_features(const favor_features *f, const favor__
     if (!f->dim || !f->count)
         return favor__no(w, FAVOR_E_SHAPE, "f: dim %z, count %z: a size is zero", f->dim,
                          f->count);
-    if (f->kernel == FAVOR_ELU1) {
+    if (favor__fixed(f->kernel)) {
         if (f->count != f->dim)
-            return favor__no(w, FAVOR_E_SHAPE, "f: FAVOR_ELU1 with count %z, not dim %z",
-                             f->count, f->dim);
+            return favor__no(w, FAVOR_E_SHAPE, "f: %s with count %z, not dim %z",
+                             f->kernel == FAVOR_ELU1 ? "FAVOR_ELU1" : "FAVOR_POLY2", f->count,
+                             f->dim);
+        if (!favor__width(f->kernel, f->dim, f->count))
+            return favor__no(w, FAVOR_E_OVERFLOW, "f: FAVOR_POLY2 with dim %z above 4096",
+                             f->dim);
     } else if (!f->w || !f->wt) {
         return favor__no(w, FAVOR_E_NULL, "f: w or wt is NULL");
     }
@@ -2491,7 +2551,7 @@ FAVOR_API size_t favor_features_floats(favor_kernel kernel, size_t dim, size_t c
 {
     size_t n;
     if (!favor__kernel_ok((int)kernel) || !dim) return 0;
-    if (kernel == FAVOR_ELU1) return 0;
+    if (favor__fixed(kernel)) return 0;
     if (!count || !favor__mul_ok(count, dim, &n) || !favor__mul_ok(n, 2, &n) ||
         !favor__add_ok(n, 2 * dim, &n) || n > SIZE_MAX / sizeof(float))
         return 0;
@@ -2516,8 +2576,9 @@ FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kerne
     if (!favor__kernel_ok((int)kernel) || (flags & ~(FAVOR_IID | FAVOR_REGULAR_NORM)))
         return FAVOR_E_ARG;
     if (!dim) return FAVOR_E_SHAPE;
-    if (kernel == FAVOR_ELU1) {
+    if (favor__fixed(kernel)) {
         if (count != 0 && count != dim) return FAVOR_E_SHAPE;
+        if (!favor__width(kernel, dim, dim)) return FAVOR_E_OVERFLOW;
         count = dim;
     } else {
         if (!count) return FAVOR_E_SHAPE;
@@ -2533,7 +2594,7 @@ FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kerne
     f->seed = seed;
     f->w = NULL;
     f->wt = NULL;
-    if (kernel != FAVOR_ELU1) {
+    if (!favor__fixed(kernel)) {
         f->w = storage;
         f->wt = storage + count * dim;
         favor__features_fill(f);
@@ -2546,7 +2607,7 @@ FAVOR_API favor_status favor_features_redraw(favor_features *f, unsigned long lo
     favor_status st = favor__check_features(f, NULL);
     if (st != FAVOR_OK) return st;
     f->seed = seed;
-    if (f->kernel != FAVOR_ELU1) favor__features_fill(f);
+    if (!favor__fixed(f->kernel)) favor__features_fill(f);
     return FAVOR_OK;
 }
 

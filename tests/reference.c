@@ -59,8 +59,21 @@ static size_t ref_width(const favor_features *f)
     case FAVOR_RELU: return f->count;
     case FAVOR_HYPERBOLIC:
     case FAVOR_TRIG: return 2 * f->count;
+    case FAVOR_POLY2: return 1 + f->dim + f->dim * (f->dim + 1) / 2;
     }
     return 0;
+}
+
+/* POLY2's kernel computed directly, not through its features: 1 + t + t^2/2
+ * with t = scale a.b; *dt = its derivative in t, 1 + t */
+static double ref_poly2(const double *a, const double *b, size_t d, double scale, double *dt)
+{
+    size_t c;
+    double t = 0;
+    for (c = 0; c < d; ++c) t += a[c] * b[c];
+    t *= scale;
+    if (dt) *dt = 1 + t;
+    return 1 + t + t * t / 2;
 }
 
 /* u = W x' with x' = rs x: the m projections of one row */
@@ -85,6 +98,15 @@ static void ref_feature_row(const favor_features *f, const double *x, double sca
     *logc = 0;
     if (f->kernel == FAVOR_ELU1) {
         for (c = 0; c < d; ++c) phi[c] = x[c] > 0 ? x[c] + 1.0 : exp(x[c]);
+        return;
+    }
+    if (f->kernel == FAVOR_POLY2) { /* 1, x', x'_i x'_j (i < j), x'_i^2 / sqrt(2) */
+        size_t i, at = 1 + d;
+        phi[0] = 1;
+        for (c = 0; c < d; ++c) phi[1 + c] = rs * x[c];
+        for (i = 0; i < d; ++i)
+            for (c = i; c < d; ++c)
+                phi[at++] = scale * x[i] * x[c] * (c == i ? sqrt(0.5) : 1.0);
         return;
     }
     for (c = 0; c < d; ++c) n2 += (rs * x[c]) * (rs * x[c]);
@@ -116,6 +138,7 @@ static void ref_feature_row(const favor_features *f, const double *x, double sca
         for (l = 0; l < m; ++l) phi[l] = (u[l] > 0 ? u[l] : 0.0) / sqrt((double)m) + 1e-3;
         break;
     case FAVOR_ELU1:
+    case FAVOR_POLY2:
         break;
     }
 }
@@ -179,9 +202,72 @@ void ref_softmax(const double *q, const double *k, const double *v, double *out,
     free(s);
 }
 
-void ref_linear(const favor_features *f, const double *q, const double *k,
-                const double *v, double *out, size_t hq, size_t hkv, size_t n,
-                size_t nk, size_t dv, double scale, int causal)
+/* POLY2 attention from the kernel itself, not its features */
+static void ref_poly2_linear(const double *q, const double *k, const double *v, double *out,
+                             size_t hq, size_t hkv, size_t n, size_t nk, size_t d, size_t dv,
+                             double scale, int causal)
+{
+    size_t group = hq / hkv, h, i, j, c;
+    for (h = 0; h < hq; ++h)
+        for (i = 0; i < n; ++i) {
+            const double *K = k + (h / group) * nk * d, *V = v + (h / group) * nk * dv;
+            double *o = out + (h * n + i) * dv, den = 0;
+            size_t vis = ref_visible(i, n, nk, causal);
+            for (c = 0; c < dv; ++c) o[c] = 0;
+            for (j = 0; j < vis; ++j) {
+                double a = ref_poly2(q + (h * n + i) * d, K + j * d, d, scale, NULL);
+                den += a;
+                for (c = 0; c < dv; ++c) o[c] += a * V[j * dv + c];
+            }
+            for (c = 0; c < dv; ++c) o[c] = den != 0 ? o[c] / den : 0.0;
+        }
+}
+
+/* its backward: with e_ij = (dout_i . v_j - dout_i . o_i) / den_i, dq_i += e_ij
+ * (1 + t_ij) s k_j, dk_j += e_ij (1 + t_ij) s q_i, dv_j += a_ij / den_i dout_i */
+static void ref_poly2_backward(const double *q, const double *k, const double *v,
+                               const double *dout, double *dq, double *dk, double *dv,
+                               size_t hq, size_t hkv, size_t n, size_t nk, size_t d,
+                               size_t dvc, double scale, int causal)
+{
+    size_t group = hq / hkv, h, i, j, c;
+    double *o = (double *)ref_alloc(dvc, sizeof *o);
+    for (i = 0; i < hkv * nk * d; ++i) dk[i] = 0;
+    for (i = 0; i < hkv * nk * dvc; ++i) dv[i] = 0;
+    for (h = 0; h < hq; ++h)
+        for (i = 0; i < n; ++i) {
+            const double *K = k + (h / group) * nk * d, *V = v + (h / group) * nk * dvc;
+            const double *qi = q + (h * n + i) * d, *gi = dout + (h * n + i) * dvc;
+            double *dqi = dq + (h * n + i) * d, *dK = dk + (h / group) * nk * d;
+            double *dV = dv + (h / group) * nk * dvc, den = 0, go = 0;
+            size_t vis = ref_visible(i, n, nk, causal);
+            for (c = 0; c < d; ++c) dqi[c] = 0;
+            for (c = 0; c < dvc; ++c) o[c] = 0;
+            for (j = 0; j < vis; ++j) {
+                double a = ref_poly2(qi, K + j * d, d, scale, NULL);
+                den += a;
+                for (c = 0; c < dvc; ++c) o[c] += a * V[j * dvc + c];
+            }
+            if (vis == 0) continue;
+            for (c = 0; c < dvc; ++c) go += gi[c] * o[c] / den;
+            for (j = 0; j < vis; ++j) {
+                double dt, a = ref_poly2(qi, K + j * d, d, scale, &dt), gv = 0, e;
+                for (c = 0; c < dvc; ++c) gv += gi[c] * V[j * dvc + c];
+                e = (gv - go) / den * dt * scale;
+                for (c = 0; c < d; ++c) {
+                    dqi[c] += e * K[j * d + c];
+                    dK[j * d + c] += e * qi[c];
+                }
+                for (c = 0; c < dvc; ++c) dV[j * dvc + c] += a / den * gi[c];
+            }
+        }
+    free(o);
+}
+
+/* linear attention through the features */
+static void ref_linear_features(const favor_features *f, const double *q, const double *k,
+                                const double *v, double *out, size_t hq, size_t hkv,
+                                size_t n, size_t nk, size_t dv, double scale, int causal)
 {
     size_t group = hq / hkv, d = f->dim, width = ref_width(f), h, g, i, j, c, l;
     double *pq = (double *)ref_alloc(width, sizeof *pq);
@@ -226,6 +312,17 @@ void ref_linear(const favor_features *f, const double *q, const double *k,
     free(pk);
     free(lc);
     free(u);
+}
+
+void ref_linear(const favor_features *f, const double *q, const double *k,
+                const double *v, double *out, size_t hq, size_t hkv, size_t n,
+                size_t nk, size_t dv, double scale, int causal)
+{
+    if (f->kernel == FAVOR_POLY2) /* the kernel itself, not its features */
+        ref_poly2_linear(q, k, v, out, hq, hkv, n, nk, f->dim, dv,
+                         scale == 0 ? f->scale : scale, causal);
+    else
+        ref_linear_features(f, q, k, v, out, hq, hkv, n, nk, dv, scale, causal);
 }
 
 void ref_softmax_lse(const double *q, const double *k, double *lse, size_t hq, size_t hkv,
@@ -309,6 +406,21 @@ static void ref_feature_grad(const favor_features *f, const double *x, double sc
         for (c = 0; c < d; ++c) dx[c] = dphi[c] * (x[c] > 0 ? 1.0 : exp(x[c]));
         return;
     }
+    if (f->kernel == FAVOR_POLY2) { /* d/dx of rs x_c and scale x_i x_c (/sqrt(2) at c = i) */
+        size_t i, at = 1 + d;
+        for (c = 0; c < d; ++c) dx[c] = rs * dphi[1 + c];
+        for (i = 0; i < d; ++i)
+            for (c = i; c < d; ++c, ++at) {
+                if (c == i) {
+                    dx[i] += scale * sqrt(2.0) * x[i] * dphi[at];
+                } else {
+                    dx[i] += scale * x[c] * dphi[at];
+                    dx[c] += scale * x[i] * dphi[at];
+                }
+            }
+        (void)phi;
+        return;
+    }
     ref_project(f, x, rs, u);
     /* u[l] becomes r_l, the coefficient of W_l in dx = wf W^T r + xs s x */
     switch (f->kernel) {
@@ -340,6 +452,7 @@ static void ref_feature_grad(const favor_features *f, const double *x, double sc
         wf = rs / sqrt((double)m);
         break;
     case FAVOR_ELU1:
+    case FAVOR_POLY2:
         break;
     }
     for (c = 0; c < d; ++c) dx[c] = xs * scale * x[c];
@@ -350,10 +463,11 @@ static void ref_feature_grad(const favor_features *f, const double *x, double sc
     }
 }
 
-void ref_linear_backward(const favor_features *f, const double *q, const double *k,
-                         const double *v, const double *dout, double *dq, double *dk,
-                         double *dv, size_t hq, size_t hkv, size_t n, size_t nk,
-                         size_t dv_cols, double scale, int causal)
+static void ref_linear_backward_features(const favor_features *f, const double *q,
+                                         const double *k, const double *v,
+                                         const double *dout, double *dq, double *dk,
+                                         double *dv, size_t hq, size_t hkv, size_t n,
+                                         size_t nk, size_t dv_cols, double scale, int causal)
 {
     size_t group = hq / hkv, d = f->dim, width = ref_width(f), g, h, i, j, c, l;
     double *pq = (double *)ref_alloc(width, sizeof *pq);
@@ -428,6 +542,19 @@ void ref_linear_backward(const favor_features *f, const double *q, const double 
     free(u);
 }
 
+void ref_linear_backward(const favor_features *f, const double *q, const double *k,
+                         const double *v, const double *dout, double *dq, double *dk,
+                         double *dv, size_t hq, size_t hkv, size_t n, size_t nk,
+                         size_t dv_cols, double scale, int causal)
+{
+    if (f->kernel == FAVOR_POLY2) /* the kernel itself, not its features */
+        ref_poly2_backward(q, k, v, dout, dq, dk, dv, hq, hkv, n, nk, f->dim, dv_cols,
+                           scale == 0 ? f->scale : scale, causal);
+    else
+        ref_linear_backward_features(f, q, k, v, dout, dq, dk, dv, hq, hkv, n, nk, dv_cols,
+                                     scale, causal);
+}
+
 void ref_weights(const favor_features *f, const double *qi, const double *K, size_t vis,
                  size_t d, double scale, double *p)
 {
@@ -439,6 +566,11 @@ void ref_weights(const favor_features *f, const double *qi, const double *K, siz
         return;
     }
     if (scale == 0) scale = f->scale;
+    if (f->kernel == FAVOR_POLY2) { /* the kernel itself */
+        for (j = 0; j < vis; ++j) den += p[j] = ref_poly2(qi, K + j * d, d, scale, NULL);
+        for (j = 0; j < vis; ++j) p[j] /= den;
+        return;
+    }
     width = ref_width(f);
     pq = (double *)ref_alloc(width, sizeof *pq);
     pk = (double *)ref_alloc(vis * width, sizeof *pk);

@@ -102,7 +102,7 @@ static int meth_init(meth *mt, int method, size_t d, size_t m, unsigned long lon
     mt->w = NULL;
     memset(&mt->f, 0, sizeof mt->f);
     if (method == SOFTMAX) return 0;
-    if (kernel == FAVOR_ELU1) m = d;
+    if (tu_fixed(kernel)) m = d;
     floats = favor_features_floats(kernel, d, m);
     mt->w = floats ? (float *)malloc(floats * sizeof(float)) : NULL;
     st = favor_features_init(&mt->f, kernel, d, m, 0, seed, mt->w);

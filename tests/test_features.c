@@ -94,6 +94,7 @@ static const char *kernel_name(favor_kernel k)
     case FAVOR_HYPERBOLIC: return "hyperbolic";
     case FAVOR_TRIG: return "trig";
     case FAVOR_RELU: return "relu";
+    case FAVOR_POLY2: return "poly2";
     }
     return "?";
 }
@@ -913,9 +914,80 @@ static void test_elu1(void **state)
     }
 }
 
+/* FAVOR_POLY2: no W (count 0 or d, no storage; d above 4096 overflows); the
+ * three roles give the same features (no stabilizer); and for random pairs at d
+ * = 1 to 256 and three scales the features' dot product, summed in double, is
+ * 1 + t + t^2/2 (t = s q.k, in double from the same fp32 inputs) within fp32
+ * rounding: every feature is within 4 units of rounding u = 2^-24 of its exact
+ * value (a scaling, a product, a 1/sqrt(2)), so the dot product is within 8 u
+ * |phi(q)| |phi(k)| (Cauchy-Schwarz); the test allows 10 u. */
+static void test_poly2(void **state)
+{
+    static const size_t dims[] = { 1, 2, 3, 5, 8, 16, 31, 64, 100, 128, 200, 256 };
+    static const float scales[] = { 0.0f, 0.05f, 1.0f };
+    favor_features f;
+    tu_rng rng = { 77u };
+    size_t di, si, pair, i;
+    double worst = 0;
+    (void)state;
+    assert_int_equal(favor_features_floats(FAVOR_POLY2, 4, 0), 0);
+    assert_int_equal(favor_features_floats(FAVOR_POLY2, 4, 4), 0);
+    assert_int_equal(favor_features_init(&f, FAVOR_POLY2, 4, 0, 0, 1, NULL), FAVOR_OK);
+    assert_int_equal(f.kernel, FAVOR_POLY2);
+    assert_int_equal(f.count, 4);
+    assert_null(f.w);
+    assert_int_equal(favor_features_width(&f), 1 + 4 + 10);
+    assert_int_equal(favor_features_redraw(&f, 2), FAVOR_OK);
+    assert_int_equal(favor_features_init(&f, FAVOR_POLY2, 4, 5, 0, 1, NULL), FAVOR_E_SHAPE);
+    assert_int_equal(favor_features_init(&f, FAVOR_POLY2, 4097, 0, 0, 1, NULL),
+                     FAVOR_E_OVERFLOW);
+    assert_int_equal(favor_features_init(&f, FAVOR_POLY2, 4096, 0, 0, 1, NULL), FAVOR_OK);
+    assert_int_equal(favor_features_width(&f), 1 + 4096 + 4096 * 4097 / 2);
+    for (di = 0; di < sizeof dims / sizeof dims[0]; ++di)
+        for (si = 0; si < sizeof scales / sizeof scales[0]; ++si) {
+            size_t d = dims[di], w = 1 + d + d * (d + 1) / 2;
+            float *x = (float *)malloc(2 * d * sizeof *x);
+            float *phi = (float *)malloc(3 * 2 * w * sizeof *phi);
+            favor_tensor X = favor_tensor_packed(x, 1, 2, d);
+            assert_int_equal(favor_features_init(&f, FAVOR_POLY2, d, 0, 0, 1, NULL), FAVOR_OK);
+            if (scales[si] != 0.0f) f.scale = scales[si];
+            assert_int_equal(favor_features_width(&f), w);
+            for (pair = 0; pair < 20; ++pair) {
+                double t = 0, dot = 0, nq = 0, nk = 0, s = (double)f.scale, exact, e;
+                favor_tensor P = favor_tensor_packed(phi, 1, 2, w);
+                for (i = 0; i < 2 * d; ++i) x[i] = (float)tu_normal(&rng);
+                assert_int_equal(favor_feature_map(&f, &X, &P, FAVOR_PLAIN), FAVOR_OK);
+                P.data = phi + 2 * w;
+                assert_int_equal(favor_feature_map(&f, &X, &P, FAVOR_QUERY), FAVOR_OK);
+                P.data = phi + 4 * w;
+                assert_int_equal(favor_feature_map(&f, &X, &P, FAVOR_KEY), FAVOR_OK);
+                assert_memory_equal(phi, phi + 2 * w, 2 * w * sizeof *phi);
+                assert_memory_equal(phi, phi + 4 * w, 2 * w * sizeof *phi);
+                for (i = 0; i < d; ++i) t += (double)x[i] * (double)x[d + i];
+                t *= s;
+                exact = 1 + t + t * t / 2;
+                for (i = 0; i < w; ++i) {
+                    dot += (double)phi[i] * (double)phi[w + i];
+                    nq += (double)phi[i] * (double)phi[i];
+                    nk += (double)phi[w + i] * (double)phi[w + i];
+                }
+                e = fabs(dot - exact) / (ldexp(1.0, -24) * sqrt(nq * nk));
+                if (e > worst) worst = e;
+                if (!(e <= 10.0))
+                    print_error("  d %u scale %g: |dot - (1 + t + t^2/2)| = %g u |phi||phi|\n",
+                                (unsigned)d, s, e);
+                assert_true(e <= 10.0);
+            }
+            free(x);
+            free(phi);
+        }
+    print_message("poly2: worst |dot - (1 + t + t^2/2)| = %.2f u |phi(q)| |phi(k)|\n", worst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_poly2),
         cmocka_unit_test(test_transpose_and_fields),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_golden_w),

@@ -9,7 +9,9 @@
  * grouped-query 4:2 (and 2:1, 4:1), packed, interleaved and padded views, default
  * and non-default scales, m below, equal to, above and not a multiple of d,
  * caller workspace and library allocation:
- *     FAVOR_ELU1                          max |O - O_ref| <= 2e-5 * max|V|
+ *     FAVOR_ELU1, FAVOR_POLY2             max |O - O_ref| <= 2e-5 * max|V|
+ * (POLY2's reference is its kernel 1 + t + t^2/2 computed directly, not through
+ * its features)
  *     POSITIVE, HYPERBOLIC, RELU, TRIG    max |O - O_ref| <= 1e-4 * max|O_ref|
  * Every call must leave its inputs and the gaps of its output untouched and
  * write every output element.
@@ -44,7 +46,7 @@ static favor_status make_features(favor_features *f, favor_kernel kernel, size_t
                                   unsigned long long seed, float **storage)
 {
     size_t floats;
-    if (kernel == FAVOR_ELU1) m = d;
+    if (tu_fixed(kernel)) m = d;
     floats = favor_features_floats(kernel, d, m);
     *storage = floats ? (float *)malloc(floats * sizeof(float)) : NULL;
     return favor_features_init(f, kernel, d, m, 0, seed, *storage);
@@ -122,7 +124,7 @@ static int run_case(size_t index, const lin_case *c, favor_kernel kernel, int mo
     favor_status st;
     void *ws = NULL;
     int fails = 0;
-    size_t m = kernel == FAVOR_ELU1 ? c->d : kernel == FAVOR_TRIG && mode == 0 ? 256 : c->m;
+    size_t m = tu_fixed(kernel) ? c->d : kernel == FAVOR_TRIG && mode == 0 ? 256 : c->m;
     double sigma = kernel == FAVOR_TRIG && mode == 0 ? 0.3 : 1.0;
 
     clock_t t0 = clock();
@@ -177,7 +179,7 @@ static int run_case(size_t index, const lin_case *c, favor_kernel kernel, int mo
             ref_linear(&f, q, k, v, ref, c->hq, c->hkv, c->n, c->nk, c->dv, c->scale,
                        c->causal);
             err = tu_max_abs_diff(&O.t, ref);
-            if (kernel == FAVOR_ELU1)
+            if (tu_fixed(kernel))
                 tol = 2e-5 * tv_max_abs(&V);
             else
                 tol = 1e-4 * tu_max_abs(ref, c->hq * c->n * c->dv);
@@ -335,7 +337,7 @@ static void test_feature_map_roles(void **state)
             tu_rng rng;
             tv_buf X;
             double *x, *p;
-            size_t width, m = kernel == FAVOR_ELU1 ? c->d : c->m;
+            size_t width, m = tu_fixed(kernel) ? c->d : c->m;
             favor_status st = make_features(&f, kernel, c->d, m, 500 + i, &wstore);
             print_message("map case %u %-10s: heads %u rows %u d %u m %u scale %g sigma %g\n",
                           (unsigned)i, kernel_name(kernel), (unsigned)c->heads,
@@ -349,7 +351,8 @@ static void test_feature_map_roles(void **state)
             }
             if (c->scale != 0) f.scale = c->scale;
             width = favor_features_width(&f);
-            if (width != (kernel == FAVOR_ELU1 ? c->d
+            if (width != (kernel == FAVOR_ELU1    ? c->d
+                          : kernel == FAVOR_POLY2 ? 1 + c->d + c->d * (c->d + 1) / 2
                           : kernel == FAVOR_HYPERBOLIC || kernel == FAVOR_TRIG ? 2 * m : m)) {
                 print_error("  favor_features_width %u\n", (unsigned)width);
                 ++fails;
@@ -389,7 +392,9 @@ static void test_feature_map_roles(void **state)
 }
 
 /* QUERY and KEY features stay finite (and positive maps non-negative) for inputs
- * of magnitude 1e4; PLAIN may overflow by design and is not checked here. */
+ * of magnitude 1e4; PLAIN may overflow by design and is not checked here. POLY2
+ * (finite: its features are about 1e8 here) has signed features: its kernel,
+ * not each feature, is positive. */
 static void test_feature_map_large_inputs(void **state)
 {
     size_t k, r;
@@ -401,7 +406,7 @@ static void test_feature_map_large_inputs(void **state)
         float *wstore = NULL;
         tu_rng rng;
         tv_buf X;
-        size_t width, d = 16, m = kernel == FAVOR_ELU1 ? 16 : 64;
+        size_t width, d = 16, m = tu_fixed(kernel) ? 16 : 64;
         favor_status st = make_features(&f, kernel, d, m, 99, &wstore);
         print_message("large map %s\n", kernel_name(kernel));
         if (st != FAVOR_OK) {
@@ -424,7 +429,7 @@ static void test_feature_map_large_inputs(void **state)
             } else if (!tv_view_finite(&P)) {
                 print_error("  %s features not finite\n", r == 0 ? "QUERY" : "KEY");
                 ++fails;
-            } else if (kernel != FAVOR_TRIG) {
+            } else if (kernel != FAVOR_TRIG && kernel != FAVOR_POLY2) {
                 size_t i;
                 for (i = 0; i < P.len; ++i)
                     if (P.buf[i] < 0) {

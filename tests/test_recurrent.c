@@ -44,7 +44,7 @@ static const favor_kernel kernels[] = TU_ALL_KERNELS;
 
 static size_t kernel_m(favor_kernel k, size_t d)
 {
-    return k == FAVOR_ELU1 ? d : 64;
+    return tu_fixed(k) ? d : 64;
 }
 
 static double kernel_sigma(favor_kernel k) { return k == FAVOR_TRIG ? 0.3 : 1.0; }
@@ -580,7 +580,7 @@ static void test_prefix_extend(void **state)
                 double err, tol;
                 ref_linear(&f, q, kd, v, ref, hq, hkv, n, nk, dv, 0, 1);
                 err = tu_max_abs_diff(&O.t, ref);
-                tol = kernel == FAVOR_ELU1 ? 2e-5 * tv_max_abs(&V)
+                tol = tu_fixed(kernel) ? 2e-5 * tv_max_abs(&V)
                                            : 1e-4 * tu_max_abs(ref, hq * n * dv);
                 print_message("  %-28s max|err| %.3g  tol %.3g\n", "vs reference", err, tol);
                 if (!(err <= tol)) {

@@ -85,7 +85,10 @@ static double gam(double k) { return k * UR / (1.0 - k * UR); }
 
 enum { HQ = 2, HKV = 1, N = 80, NK = 80, D = 16, DV = 8, M = 16 };
 
-static const favor_kernel kernels[] = TU_ALL_KERNELS;
+/* The maps with W and elu+1. POLY2 is left out: its features grow as |x'|^2 and
+ * overflow (to inf) past |x'| ~ 1e19, the regime these tests drive the maps into */
+static const favor_kernel kernels[] = { FAVOR_ELU1, FAVOR_POSITIVE, FAVOR_HYPERBOLIC, FAVOR_TRIG,
+                                        FAVOR_RELU };
 #define NKERNELS (sizeof kernels / sizeof kernels[0])
 
 /* ---- problems: packed q, k, v in float ---------------------------------------- */

@@ -23,6 +23,8 @@
 #define D 32
 #define DV 24
 #define M 64
+/* outputs of run_all: per mask, softmax and every kernel; then the two extends */
+#define RUN_ALL_OUTPUTS (2 * (1 + 6) + 1)
 
 typedef struct {
     size_t h, hkv, n, cut; /* cut: rows of the first of two extend calls */
@@ -33,6 +35,8 @@ static int run_all(const shape *sh, int threads, const float *q, const float *k,
                    const float *v, float *out)
 {
     static const favor_kernel kernels[] = TU_ALL_KERNELS;
+    const size_t nk = sizeof kernels / sizeof kernels[0], per_c = 1 + nk; /* softmax, kernels */
+    if (2 * per_c + 1 != RUN_ALL_OUTPUTS) return 1; /* the buffer's size */
     size_t H = sh->h, HKV = sh->hkv, N = sh->n, per_call = H * N * DV;
     float *qq = (float *)q, *kk = (float *)k, *vv = (float *)v;
     favor_tensor Q = favor_tensor_packed(qq, H, N, D), K = favor_tensor_packed(kk, HKV, N, D),
@@ -41,14 +45,14 @@ static int run_all(const shape *sh, int threads, const float *q, const float *k,
     size_t c, ki;
     o.threads = threads;
     for (c = 0; c < 2; ++c) {
-        favor_tensor O = favor_tensor_packed(out + (c * 6) * per_call, H, N, DV);
+        favor_tensor O = favor_tensor_packed(out + (c * per_c) * per_call, H, N, DV);
         o.flags = c ? FAVOR_CAUSAL : 0;
         if (favor_softmax_attention(&Q, &K, &V, &O, &o) != FAVOR_OK) return 1;
-        for (ki = 0; ki < 5; ++ki) {
+        for (ki = 0; ki < nk; ++ki) {
             favor_features f;
             float *w = (float *)malloc((favor_features_floats(kernels[ki], D, M) + 1) * sizeof *w);
-            favor_tensor Ok = favor_tensor_packed(out + (c * 6 + 1 + ki) * per_call, H, N, DV);
-            if (!w || favor_features_init(&f, kernels[ki], D, kernels[ki] == FAVOR_ELU1 ? D : M, 0,
+            favor_tensor Ok = favor_tensor_packed(out + (c * per_c + 1 + ki) * per_call, H, N, DV);
+            if (!w || favor_features_init(&f, kernels[ki], D, tu_fixed(kernels[ki]) ? D : M, 0,
                                           7 + ki, w) != FAVOR_OK)
                 return 1;
             if (favor_linear_attention(&f, &Q, &K, &V, &Ok, &o) != FAVOR_OK) return 1;
@@ -63,7 +67,7 @@ static int run_all(const shape *sh, int threads, const float *q, const float *k,
         if (!w || favor_features_init(&f, FAVOR_POSITIVE, D, M, 0, 3, w) != FAVOR_OK) return 1;
         sto = (float *)malloc(favor_state_floats(&f, HKV, DV) * sizeof *sto);
         if (!sto || favor_state_init(&st, &f, HKV, DV, sto) != FAVOR_OK) return 1;
-        o1 = favor_tensor_packed(out + 12 * per_call, H, N, DV);
+        o1 = favor_tensor_packed(out + 2 * per_c * per_call, H, N, DV);
         q1.rows = k1.rows = v1.rows = o1.rows = sh->cut;
         if (favor_linear_extend(&f, &st, &q1, &k1, &v1, &o1, &o) != FAVOR_OK) return 1;
         q1.data = (float *)q1.data + sh->cut * D;
@@ -87,7 +91,7 @@ static void test_threads_identical(void **state)
     for (si = 0; si < sizeof shapes / sizeof shapes[0]; ++si) {
         const shape *sh = &shapes[si];
         tu_rng r = { 2024 };
-        size_t per = sh->h * sh->n * DV, total = 13 * per, ci;
+        size_t per = sh->h * sh->n * DV, total = RUN_ALL_OUTPUTS * per, ci;
         float *q = tu_normal_floats(&r, sh->h * sh->n * D, 1.0);
         float *k = tu_normal_floats(&r, sh->hkv * sh->n * D, 1.0);
         float *v = tu_normal_floats(&r, sh->hkv * sh->n * DV, 1.0);

@@ -111,7 +111,11 @@ static inline int tu_all_finite(const float *x, size_t n)
 }
 
 /* Every kernel, for tests that loop over them, and their names. */
-#define TU_ALL_KERNELS { FAVOR_ELU1, FAVOR_POSITIVE, FAVOR_HYPERBOLIC, FAVOR_TRIG, FAVOR_RELU }
+#define TU_ALL_KERNELS { FAVOR_ELU1, FAVOR_POSITIVE, FAVOR_HYPERBOLIC, FAVOR_TRIG, FAVOR_RELU, \
+                        FAVOR_POLY2 }
+
+/* The maps without W: count is d, and their bounds are elu+1's (max|V|-relative) */
+static inline int tu_fixed(favor_kernel k) { return k == FAVOR_ELU1 || k == FAVOR_POLY2; }
 
 static inline const char *tu_kernel_name(favor_kernel k)
 {
@@ -121,6 +125,7 @@ static inline const char *tu_kernel_name(favor_kernel k)
     case FAVOR_HYPERBOLIC: return "HYPERBOLIC";
     case FAVOR_TRIG: return "TRIG";
     case FAVOR_RELU: return "RELU";
+    case FAVOR_POLY2: return "POLY2";
     }
     return "?";
 }

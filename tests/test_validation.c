@@ -826,6 +826,11 @@ static void test_features_init(void **state)
     INIT("features_init: ELU1 dim 0", FAVOR_E_SHAPE, FAVOR_ELU1, 0, 0, 0, NULL);
     INIT("features_init: ELU1 count != d", FAVOR_E_SHAPE, FAVOR_ELU1, D, D + 1, 0, NULL);
     INIT("features_init: ELU1 count 1", FAVOR_E_SHAPE, FAVOR_ELU1, D, 1, 0, NULL);
+    INIT("features_init: POLY2 dim 0", FAVOR_E_SHAPE, FAVOR_POLY2, 0, 0, 0, NULL);
+    INIT("features_init: POLY2 count != d", FAVOR_E_SHAPE, FAVOR_POLY2, D, D + 1, 0, NULL);
+    INIT("features_init: POLY2 dim 4097", FAVOR_E_OVERFLOW, FAVOR_POLY2, 4097, 0, 0, NULL);
+    INIT("features_init: POLY2 dim SIZE_MAX", FAVOR_E_OVERFLOW, FAVOR_POLY2, SIZE_MAX, 0, 0,
+         NULL);
     INIT("features_init: 2 m d overflows size_t", FAVOR_E_OVERFLOW, FAVOR_POSITIVE,
          SIZE_MAX / 2, 4, 0, st);
     INIT("features_init: m d overflows size_t", FAVOR_E_OVERFLOW, FAVOR_POSITIVE,
@@ -839,6 +844,8 @@ static void test_features_init(void **state)
     INIT("features_init: IID | flag 8", FAVOR_E_ARG, FAVOR_POSITIVE, D, M, FAVOR_IID | 8u, st);
     /* valid edge cases */
     INIT("features_init: ELU1 count d, storage non-NULL", FAVOR_OK, FAVOR_ELU1, D, D, 0, st);
+    INIT("features_init: POLY2 count 0", FAVOR_OK, FAVOR_POLY2, D, 0, 0, NULL);
+    INIT("features_init: POLY2 dim 4096", FAVOR_OK, FAVOR_POLY2, 4096, 4096, 0, st);
     INIT("features_init: IID | REGULAR_NORM", FAVOR_OK, FAVOR_POSITIVE, D, M,
          FAVOR_IID | FAVOR_REGULAR_NORM, st);
 #undef INIT
@@ -851,6 +858,8 @@ static void test_features_init(void **state)
     assert_int_equal(favor_features_floats(FAVOR_POSITIVE, SIZE_MAX / 32, 4), 0);
     assert_int_equal(favor_features_floats(FAVOR_ELU1, D, D), 0);
     assert_int_equal(favor_features_floats(FAVOR_ELU1, D, 0), 0);
+    assert_int_equal(favor_features_floats(FAVOR_POLY2, D, D), 0);
+    assert_int_equal(favor_features_floats(FAVOR_POLY2, D, 0), 0);
 }
 
 static void test_features_redraw_width(void **state)
@@ -888,6 +897,16 @@ static void test_features_redraw_width(void **state)
     before = bad;
     EXPECT("redraw: count 0", FAVOR_E_SHAPE, favor_features_redraw(&bad, 3));
     assert_true(features_same(&before, &bad));
+    assert_int_equal(favor_features_init(&bad, FAVOR_POLY2, D, 0, 0, 1, NULL), FAVOR_OK);
+    bad.count = D + 1;
+    before = bad;
+    EXPECT("redraw: POLY2 count != dim", FAVOR_E_SHAPE, favor_features_redraw(&bad, 3));
+    assert_true(features_same(&before, &bad));
+    bad.dim = bad.count = 5000;
+    before = bad;
+    EXPECT("redraw: POLY2 dim 5000", FAVOR_E_OVERFLOW, favor_features_redraw(&bad, 3));
+    assert_true(features_same(&before, &bad));
+    assert_int_equal(favor_features_width(&bad), 0);
     /* width */
     assert_int_equal(favor_features_width(NULL), 0);
     bad = F;

@@ -590,10 +590,12 @@ static size_t dec_dim(unsigned b)
 }
 static int dec_kernel(unsigned b)
 {
-    static const int bad[] = {5, 6, -1, 100, INT_MAX, INT_MIN};
-    if (b < 250) return (int)(b % 5);
+    static const int bad[] = {6, 7, -1, 100, INT_MAX, INT_MIN};
+    if (b < 250) return (int)(b % 6);
     return bad[b - 250];
 }
+/* the maps without W (ELU1, POLY2): count is d, no storage */
+static int fz_fixed(int kernel) { return kernel == FAVOR_ELU1 || kernel == FAVOR_POLY2; }
 static unsigned dec_oflags(unsigned b)
 {
     static const unsigned bad[] = {2u, 0x80u, 0xffffffffu, 0x80000001u, 4u, 0x100u};
@@ -1322,11 +1324,12 @@ typedef struct {
 
 static int feat_valid(const favor_features *f)
 {
-    if (!((int)f->kernel >= 0 && (int)f->kernel <= 4)) return 0;
+    if (!((int)f->kernel >= 0 && (int)f->kernel <= 5)) return 0;
     if (f->flags & ~3u) return 0;
     if (!f->dim || !f->count) return 0;
-    if (f->kernel == FAVOR_ELU1) {
+    if (fz_fixed((int)f->kernel)) {
         if (f->count != f->dim) return 0;
+        if (f->kernel == FAVOR_POLY2 && f->dim > 4096) return 0;
     } else if (!f->w || !f->wt) {
         return 0;
     }
@@ -1338,6 +1341,7 @@ static size_t feat_width(const favor_features *f)
     case FAVOR_ELU1: return f->dim;
     case FAVOR_POSITIVE: case FAVOR_RELU: return f->count;
     case FAVOR_HYPERBOLIC: case FAVOR_TRIG: return 2 * f->count;
+    case FAVOR_POLY2: return f->dim <= 4096 ? 1 + f->dim + f->dim * (f->dim + 1) / 2 : 0;
     default: return 0;
     }
 }
@@ -1366,15 +1370,15 @@ static int make_features(const fz_fcfg *c)
     int kernel = c->kernel;
     g_have_f = 0;
     g_fbuf = -1;
-    if (kernel < 0 || kernel > 4 || (c->flags & ~3u) || c->d == 0 ||
-        (kernel != FAVOR_ELU1 && c->m == 0))
+    if (kernel < 0 || kernel > 5 || (c->flags & ~3u) || c->d == 0 ||
+        (!fz_fixed(kernel) && c->m == 0))
         kernel = FAVOR_POSITIVE; /* make something valid; mutate below */
     fl = favor_features_floats((favor_kernel)kernel, c->d ? c->d : 1, c->m ? c->m : 1);
-    if (kernel != FAVOR_ELU1) {
+    if (!fz_fixed(kernel)) {
         g_fbuf = new_buf(fl * 2);
         alloc_buf(g_fbuf);
     }
-    s = favor_features_init(&g_f, (favor_kernel)kernel, c->d ? c->d : 1, kernel == FAVOR_ELU1 ? 0 : (c->m ? c->m : 1),
+    s = favor_features_init(&g_f, (favor_kernel)kernel, c->d ? c->d : 1, fz_fixed(kernel) ? 0 : (c->m ? c->m : 1),
                             c->flags & 3u, c->seed, g_fbuf >= 0 ? (float *)(void *)g_b[g_fbuf].mem : NULL);
     if (s != FAVOR_OK) FZ_FAIL("favor_features_init rejected a valid configuration: %s", favor_status_string(s));
     g_have_f = 1;
@@ -1387,13 +1391,13 @@ static int make_features(const fz_fcfg *c)
     case 2: g_f.flags |= 1u << (2 + c->mutp % 30); break;
     case 3: g_f.scale = dec_scale(192 + c->mutp % 20, c->mutp); break;
     case 4: g_f.scale = 0.01f + (float)c->mutp / 32.0f; break; /* a legal changed scale */
-    case 5: if (g_f.kernel != FAVOR_ELU1) g_f.w = NULL; else g_f.count += 1; break;
-    case 6: if (g_f.kernel != FAVOR_ELU1) g_f.wt = NULL; break;
+    case 5: if (!fz_fixed((int)g_f.kernel)) g_f.w = NULL; else g_f.count += 1; break;
+    case 6: if (!fz_fixed((int)g_f.kernel)) g_f.wt = NULL; break;
     case 7: /* another random-feature kernel over the same W */
-        if (g_f.kernel != FAVOR_ELU1) g_f.kernel = (favor_kernel)(1 + c->mutp % 4);
+        if (!fz_fixed((int)g_f.kernel)) g_f.kernel = (favor_kernel)(1 + c->mutp % 4);
         break;
     case 8: /* fewer rows of W: still inside the storage */
-        if (g_f.kernel != FAVOR_ELU1 && g_f.count > 1) g_f.count = 1 + c->mutp % g_f.count;
+        if (!fz_fixed((int)g_f.kernel) && g_f.count > 1) g_f.count = 1 + c->mutp % g_f.count;
         break;
     case 9: /* a smaller d: W stays inside the storage; the tensors no longer match */
         if (g_f.dim > 1) g_f.dim -= 1;
@@ -2711,7 +2715,7 @@ static void op_state(fz_rd *r, unsigned hflags)
         switch (smut % 16) { /* state struct mutations (restored below) */
         case 1: g_st.s = NULL; break;
         case 2: g_st.scratch = NULL; break;
-        case 3: g_st.kernel = (favor_kernel)((g_st.kernel + 1) % 5); break;
+        case 3: g_st.kernel = (favor_kernel)((g_st.kernel + 1) % 6); break;
         case 4: g_st.dim += 1; break;
         case 5: if (g_st.heads > 1) g_st.heads -= 1; break; /* smaller: stays inside the storage */
         case 6: g_st.width += 1; break;
@@ -2806,8 +2810,9 @@ static void op_features(fz_rd *r, unsigned hflags)
     seed |= (unsigned long long)rd32(r) << 32;
     ctx("features_init(kernel=%d dim=%zu count=%zu flags=%#x seed=%llu) ", kernel, dim, count, flags, seed);
     fl = favor_features_floats((favor_kernel)kernel, dim, count);
-    valid = kernel >= 0 && kernel <= 4 && !(flags & ~3u) && dim &&
-            (kernel == FAVOR_ELU1 ? (count == 0 || count == dim) : count != 0);
+    valid = kernel >= 0 && kernel <= 5 && !(flags & ~3u) && dim &&
+            (fz_fixed(kernel) ? (count == 0 || count == dim) : count != 0) &&
+            !(kernel == FAVOR_POLY2 && dim > 4096); /* POLY2's width: FAVOR_E_OVERFLOW */
     if (kernel >= 1 && kernel <= 4 && dim && count) {
         int ovf = 0;
         want = fz_add(fz_mul(fz_mul(count, dim, &ovf), 2, &ovf), fz_mul(2, dim, &ovf), &ovf);
@@ -2827,7 +2832,7 @@ static void op_features(fz_rd *r, unsigned hflags)
     } else if ((sm & 3) == 2) {
         storage = g_dummy_store; /* overflowing sizes: must be refused before use */
     }
-    if (kernel != FAVOR_ELU1 && !storage) valid = 0;
+    if (!fz_fixed(kernel) && !storage) valid = 0;
     memset(&f, 0x5a, sizeof f);
     f0 = f;
     s = favor_features_init((sm & 0xfc) == 0xfc ? NULL : &f, (favor_kernel)kernel, dim, count, flags, seed, storage);
@@ -2845,13 +2850,13 @@ static void op_features(fz_rd *r, unsigned hflags)
     }
     if (!valid) FZ_FAIL("favor_features_init accepted invalid arguments");
     if ((int)f.kernel != kernel || f.flags != flags || f.dim != dim || f.seed != seed ||
-        f.count != (kernel == FAVOR_ELU1 ? dim : count) ||
+        f.count != (fz_fixed(kernel) ? dim : count) ||
         f.scale != (float)(1.0 / sqrt((double)dim)) ||
-        (kernel == FAVOR_ELU1 ? (f.w != NULL || f.wt != NULL) : (f.w != storage || f.wt != storage + count * dim)))
+        (fz_fixed(kernel) ? (f.w != NULL || f.wt != NULL) : (f.w != storage || f.wt != storage + count * dim)))
         FZ_FAIL("favor_features_init: wrong fields");
     if (favor_features_width(&f) != feat_width(&f)) FZ_FAIL("favor_features_width = %zu", favor_features_width(&f));
-    if (kernel == FAVOR_ELU1) {
-        if (favor_features_redraw(&f, seed + 1) != FAVOR_OK) FZ_FAIL("redraw of ELU1 failed");
+    if (fz_fixed(kernel)) {
+        if (favor_features_redraw(&f, seed + 1) != FAVOR_OK) FZ_FAIL("redraw of ELU1/POLY2 failed");
         return;
     }
     md = count * dim;
