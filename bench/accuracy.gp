@@ -1,6 +1,7 @@
 # Output error against m, log-log, for each random feature map at d = 64 and three
 # input scales (favor_accuracy --csv FILE); bars span the trials' min..max, the
-# dashed line is elu+1 (no m), and the grey line falls as 1/sqrt(m).
+# dashed line is elu+1 (no m), the black point POLY2 at its width (1 + d + d(d+1)/2,
+# its cost in FAVOR+'s m), and the grey line falls as 1/sqrt(m).
 #
 #   gnuplot -e "csv='accuracy.csv'; png='bench/accuracy.png'" bench/accuracy.gp
 if (!exists("csv")) csv = 'accuracy.csv'
@@ -18,10 +19,10 @@ sel(k, r, col) = (strcol(1) eq k && column(2) == dim && abs(column(3) - r) < 1e-
 set logscale xy 2
 set logscale y 10
 set format y "10^{%L}"
-set xrange [12:1400]
-set xtics (16, 32, 64, 128, 256, 512, 1024)
+set xrange [12:3000]
+set xtics (16, 32, 64, 128, 256, 512, 1024, 2048)
 set grid xtics ytics mytics
-set xlabel "m (rows of W; HYPERBOLIC and TRIG features are 2m wide)"
+set xlabel "m (HYPERBOLIC, TRIG: 2m features; POLY2: its width)"
 set ylabel "|O' - O|_F / |O|_F"
 set key bottom left box opaque
 
@@ -42,6 +43,8 @@ do for [r in "1 2 3"] {
          csv using (sel("relu", rr, 4)):(sel("relu", rr, 10)):(sel("relu", rr, 11)):(sel("relu", rr, 12)) \
              with yerrorlines lw 2 title "RELU", \
          eluerr with lines dt 2 lc rgb "black" title "elu+1", \
+         csv using (sel("poly2", rr, 5)):(sel("poly2", rr, 10)) \
+             with points pt 7 ps 1.5 lc rgb "black" title "POLY2 (at its width)", \
          1.0 / sqrt(x) with lines lc rgb "grey" title "1/sqrt(m)"
 }
 unset multiplot

@@ -18,9 +18,19 @@
  * It prints, per (d, r), the mean output error over the trials for every map and
  * m (and the spread, min..max, in the CSV), and writes every figure as CSV.
  *
- * --check runs a small configuration and exits 1 unless FAVOR+'s mean output
- * error falls from the smallest to the largest m it ran (a statement about the
- * estimator that could fail, not a time); ctest runs it as accuracy_check.
+ * elu+1 and POLY2 have no m (no W): they are measured once per (d, r), with
+ * width d and 1 + d + d(d+1)/2 (d = 32: 561, 64: 2145, 128: 8385); POLY2 is
+ * exact and deterministic, phi(q).phi(k) = 1 + t + t^2/2 with t = s q.k, so its
+ * error is that of the Taylor polynomial (and its trials differ in the inputs
+ * only). For a comparison at equal cost, FAVOR+ is also measured at m = POLY2's
+ * width for each d when both run: the last column of the printed table, and in
+ * the CSV an ordinary "positive" row with that m (= width), after the m list's.
+ *
+ * --check runs a small configuration (d = 32, r = 1, m = 16, 64, 256, and
+ * FAVOR+ at m = 561) and exits 1 unless FAVOR+'s mean output error falls from
+ * the smallest to the largest m of the list, and POLY2's mean output error is
+ * below FAVOR+'s at m = POLY2's width (statements about the estimators that
+ * could fail, not times); ctest runs it as accuracy_check.
  *
  * Usage: favor_accuracy [--d LIST] [--m LIST] [--r LIST] [--n N] [--seeds S]
  *                       [--kernels LIST] [--csv FILE] [--check] */
@@ -51,12 +61,28 @@ typedef struct {
 
 static const kernel_name KERNELS[] = {
     {"positive", FAVOR_POSITIVE}, {"hyperbolic", FAVOR_HYPERBOLIC}, {"trig", FAVOR_TRIG},
-    {"relu", FAVOR_RELU},         {"elu", FAVOR_ELU1},
+    {"relu", FAVOR_RELU},         {"elu", FAVOR_ELU1},          {"poly2", FAVOR_POLY2},
 };
 #define NKERNELS (sizeof KERNELS / sizeof KERNELS[0])
+#define K_POSITIVE 0 /* KERNELS[K_POSITIVE].kernel == FAVOR_POSITIVE */
+#define K_POLY2 5    /* KERNELS[K_POLY2].kernel == FAVOR_POLY2 */
 
 /* splitmix64 and Box-Muller: the trial inputs */
 typedef struct { unsigned long long s; } rng;
+
+/* elu+1 and POLY2: no W, no m */
+static int fixed_map(favor_kernel k) { return k == FAVOR_ELU1 || k == FAVOR_POLY2; }
+
+/* features per row of x: m for the random maps, d for elu+1 */
+static size_t map_width(favor_kernel k, size_t d, size_t m)
+{
+    switch (k) {
+    case FAVOR_ELU1: return d;
+    case FAVOR_POLY2: return 1 + d + d * (d + 1) / 2;
+    case FAVOR_HYPERBOLIC: case FAVOR_TRIG: return 2 * m;
+    default: return m;
+    }
+}
 
 static unsigned long long next_u64(rng *g)
 {
@@ -183,9 +209,9 @@ static int map_errors(const trial *t, favor_kernel kernel, size_t m, unsigned lo
     double *P, *O;
     favor_tensor tq, tk, fq, fk;
     favor_status st;
-    if (kernel == FAVOR_ELU1) m = d;
-    if (kernel != FAVOR_ELU1) storage = (float *)xmalloc(favor_features_floats(kernel, d, m) * sizeof(float));
-    st = favor_features_init(&f, kernel, d, kernel == FAVOR_ELU1 ? 0 : m, 0, seed, storage);
+    if (fixed_map(kernel)) m = d;
+    else storage = (float *)xmalloc(favor_features_floats(kernel, d, m) * sizeof(float));
+    st = favor_features_init(&f, kernel, d, fixed_map(kernel) ? 0 : m, 0, seed, storage);
     if (st != FAVOR_OK) {
         fprintf(stderr, "favor_accuracy: features_init: %s\n", favor_status_string(st));
         free(storage);
@@ -260,12 +286,17 @@ static void usage(FILE *to)
             "usage: favor_accuracy [options]\n"
             "  --d LIST        head sizes                       default: 32,64,128\n"
             "  --m LIST        feature counts (rows of W)       default: 16,32,...,1024\n"
+            "                  (with positive and poly2, positive also runs at\n"
+            "                  m = poly2's width, 1 + d + d(d+1)/2, for each d)\n"
             "  --r LIST        |q'| = |k'| (input scales)       default: 0.5,1,1.5,2,3\n"
             "  --n N           query and key rows per trial     default: 256\n"
             "  --seeds S       trials per configuration         default: 5\n"
-            "  --kernels LIST  positive,hyperbolic,trig,relu,elu (default: all)\n"
+            "  --kernels LIST  positive,hyperbolic,trig,relu,elu,poly2 (default: all;\n"
+            "                  elu and poly2 have no m: measured once per d and r)\n"
             "  --csv FILE      write every figure as CSV\n"
-            "  --check         a small run that fails unless FAVOR+'s error falls with m\n");
+            "  --check         a small run (d = 32, r = 1, m = 16,64,256) that fails unless\n"
+            "                  FAVOR+'s error falls with m and poly2's error is below\n"
+            "                  FAVOR+'s at m = poly2's width (561)\n");
 }
 
 int main(int argc, char **argv)
@@ -276,7 +307,8 @@ int main(int argc, char **argv)
     int use[NKERNELS], check = 0, a;
     const char *csv_path = NULL;
     FILE *csv = NULL;
-    double first_pos = -1.0, last_pos = -1.0;
+    double first_pos = -1.0, last_pos = -1.0, poly2_err = -1.0, pos_eq_err = -1.0;
+    size_t pos_eq_m = 0;
     for (ki = 0; ki < NKERNELS; ++ki) use[ki] = 1;
     for (a = 1; a < argc; ++a) {
         const char *o = argv[a], *val = a + 1 < argc ? argv[a + 1] : NULL;
@@ -340,9 +372,16 @@ int main(int argc, char **argv)
            seeds, n, favor_backend());
     for (di = 0; di < ds.n; ++di)
         for (ri = 0; ri < rs.n; ++ri) {
-            size_t d = ds.v[di];
+            size_t d = ds.v[di], ncol = ms.n;
+            /* FAVOR+ at m = POLY2's width: an extra column when not in the list */
+            size_t pw = map_width(FAVOR_POLY2, d, 0);
+            int eq_col = use[K_POSITIVE] && use[K_POLY2];
             double r = rs.v[ri], lstd = 0.0, lmax = 0.0;
-            trial *tr = (trial *)xmalloc(seeds * sizeof(trial));
+            trial *tr;
+            for (mi = 0; mi < ms.n; ++mi)
+                if (ms.v[mi] == pw) eq_col = 0;
+            if (eq_col) ncol = ms.n + 1;
+            tr = (trial *)xmalloc(seeds * sizeof(trial));
             for (si = 0; si < seeds; ++si) {
                 trial_make(&tr[si], n, d, r, si + 1);
                 lstd += tr[si].logit_std / (double)seeds;
@@ -352,19 +391,19 @@ int main(int argc, char **argv)
                    lstd, lmax);
             printf("%-11s", "m:");
             for (mi = 0; mi < ms.n; ++mi) printf(" %9zu", ms.v[mi]);
+            if (eq_col) printf(" %9zu  (m = poly2's width: positive only)", pw);
             printf("\n");
             for (ki = 0; ki < NKERNELS; ++ki) {
                 if (!use[ki]) continue;
                 printf("%-11s", KERNELS[ki].name);
-                for (mi = 0; mi < ms.n; ++mi) {
-                    size_t m = KERNELS[ki].kernel == FAVOR_ELU1 ? d : ms.v[mi];
+                for (mi = 0; mi < ncol; ++mi) {
+                    favor_kernel kern = KERNELS[ki].kernel;
+                    size_t m = fixed_map(kern) ? d : mi < ms.n ? ms.v[mi] : pw;
                     double eo[64], ea[64], mo = 0.0, ma = 0.0, lo = INFINITY, hi = 0.0,
                                              alo = INFINITY, ahi = 0.0;
-                    size_t width = KERNELS[ki].kernel == FAVOR_HYPERBOLIC ||
-                                           KERNELS[ki].kernel == FAVOR_TRIG
-                                       ? 2 * m
-                                       : m;
-                    if (KERNELS[ki].kernel == FAVOR_ELU1 && mi > 0) { /* no m: once */
+                    size_t width = map_width(kern, d, m);
+                    if ((fixed_map(kern) && mi > 0) || /* no m: once */
+                        (mi == ms.n && kern != FAVOR_POSITIVE)) { /* equal width: FAVOR+ only */
                         printf(" %9s", "");
                         continue;
                     }
@@ -384,12 +423,17 @@ int main(int argc, char **argv)
                     fflush(stdout);
                     if (csv)
                         fprintf(csv, "%s,%zu,%g,%zu,%zu,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
-                                KERNELS[ki].name, d, r, KERNELS[ki].kernel == FAVOR_ELU1 ? 0 : m,
-                                width, n, si, lstd, lmax, mo, lo, hi, ma, alo, ahi);
-                    if (KERNELS[ki].kernel == FAVOR_POSITIVE) {
+                                KERNELS[ki].name, d, r, fixed_map(kern) ? 0 : m, width, n, si,
+                                lstd, lmax, mo, lo, hi, ma, alo, ahi);
+                    if (kern == FAVOR_POSITIVE && mi < ms.n) {
                         if (mi == 0) first_pos = mo;
                         last_pos = mo;
                     }
+                    if (kern == FAVOR_POSITIVE && m == pw) {
+                        pos_eq_err = mo;
+                        pos_eq_m = m;
+                    }
+                    if (kern == FAVOR_POLY2) poly2_err = mo;
                 }
                 printf("\n");
             }
@@ -398,10 +442,20 @@ int main(int argc, char **argv)
         }
     if (csv) fclose(csv);
     if (check) {
-        int ok = use[0] && last_pos < first_pos;
+        int ok = use[K_POSITIVE] && last_pos < first_pos;
+        int ok2 = use[K_POSITIVE] && use[K_POLY2] && pos_eq_m > 0 && poly2_err >= 0.0 &&
+                  poly2_err < pos_eq_err;
         printf("\ncheck: FAVOR+ mean output error %.4f at m = %zu, %.4f at m = %zu: %s\n", first_pos,
                ms.v[0], last_pos, ms.v[ms.n - 1], ok ? "falls with m" : "FAILED: does not fall");
-        return ok ? 0 : 1;
+        if (pos_eq_m == 0 || poly2_err < 0.0)
+            printf("check: FAILED: POLY2 against FAVOR+ at equal width needs the kernels "
+                   "positive and poly2\n");
+        else
+            printf("check: POLY2 mean output error %.4f (width %zu), FAVOR+ %.4f at m = %zu: %s\n",
+                   poly2_err, map_width(FAVOR_POLY2, ds.v[0], 0), pos_eq_err, pos_eq_m,
+                   ok2 ? "POLY2 below FAVOR+ at equal width"
+                       : "FAILED: POLY2 not below FAVOR+ at equal width");
+        return ok && ok2 ? 0 : 1;
     }
     return 0;
 }

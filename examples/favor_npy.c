@@ -18,6 +18,9 @@
  * --projection W.npy gives the [m, d] random projection of the feature map
  * instead of drawing it from --seed, so results can be compared with another
  * implementation fed the same W (tests/interop/check_torch.py does this).
+ * --kernel poly2 (FAVOR_POLY2) has no W: it is the exact kernel 1 + t + t^2/2,
+ * t = s q.k, through 1 + d + d (d + 1) / 2 features (d <= 4096), so --features,
+ * --seed and --projection do not apply and its timing line shows that width.
  *
  * Element types. float16 and float32 inputs go to favor.h as they are, as
  * FAVOR_F16 and FAVOR_F32 views (favor.h widens 16-bit elements as it reads
@@ -629,9 +632,10 @@ static void finish_output(output *o)
  * ---------------------------------------------------------------------- */
 enum { M_SOFTMAX, M_ELU, M_FAVOR };
 static const char *const method_names[] = {"softmax", "elu", "favor"};
-static const char *const kernel_names[] = {"positive", "hyperbolic", "trig", "relu"};
+static const char *const kernel_names[] = {"positive", "hyperbolic", "trig", "relu", "poly2"};
 static const favor_kernel kernel_ids[] = {FAVOR_POSITIVE, FAVOR_HYPERBOLIC, FAVOR_TRIG,
-                                          FAVOR_RELU};
+                                          FAVOR_RELU, FAVOR_POLY2};
+#define N_KERNELS (sizeof kernel_names / sizeof kernel_names[0])
 
 typedef struct {
     int method, kernel, causal, threads;
@@ -660,7 +664,9 @@ static void usage(void)
            "  --method M         softmax (exact), elu (elu(x)+1 linear attention) or\n"
            "                     favor (random features)                default favor\n"
            "  --kernel K         favor's feature map: positive (FAVOR+), hyperbolic,\n"
-           "                     trig or relu                           default positive\n"
+           "                     trig, relu or poly2 (exact 1 + t + t^2/2, t = s q.k;\n"
+           "                     no W: d <= 4096, and --features, --seed and\n"
+           "                     --projection do not apply)             default positive\n"
            "  --features M       favor's number of random features     default 256\n"
            "  --seed S           seed of favor's random projection W    default 0\n"
            "  --projection W.npy use this W ([m, d], float16, float32 or float64;\n"
@@ -760,7 +766,7 @@ static void parse_args(int argc, char **argv, config *c)
         if (!strcmp(opt, "--method")) {
             c->method = parse_name(opt, val, method_names, 3);
         } else if (!strcmp(opt, "--kernel")) {
-            c->kernel = parse_name(opt, val, kernel_names, 4);
+            c->kernel = parse_name(opt, val, kernel_names, (int)N_KERNELS);
             c->given_kernel = 1;
         } else if (!strcmp(opt, "--features")) {
             c->features = (size_t)parse_uint(opt, val, 1, 1ull << 24);
@@ -811,6 +817,10 @@ static void parse_args(int argc, char **argv, config *c)
     if (c->method != M_FAVOR && (c->given_kernel || c->given_features || c->given_seed ||
                                  c->projection))
         usage_error("--kernel, --features, --seed and --projection are for --method favor");
+    if (c->method == M_FAVOR && kernel_ids[c->kernel] == FAVOR_POLY2 &&
+        (c->given_features || c->given_seed || c->projection))
+        usage_error("--features, --seed and --projection have no effect with --kernel poly2 "
+                    "(no W)");
     if (c->projection && c->given_seed)
         usage_error("--seed has no effect with --projection");
     if (c->method == M_ELU && c->scale > 0.0)
@@ -932,6 +942,11 @@ int main(int argc, char **argv)
 
     if (c.method == M_ELU) {
         st = favor_features_init(&f, FAVOR_ELU1, d, 0, 0, 0, NULL);
+    } else if (c.method == M_FAVOR && kernel_ids[c.kernel] == FAVOR_POLY2) {
+        /* exact, no W: count d and no storage, as ELU1; its width grows as d^2 / 2 */
+        st = favor_features_init(&f, FAVOR_POLY2, d, 0, 0, 0, NULL);
+        if (st == FAVOR_E_OVERFLOW)
+            data_error("--kernel poly2 takes d <= 4096; Q has d = %zu", d);
     } else if (c.method == M_FAVOR) {
         favor_kernel kern = kernel_ids[c.kernel];
         size_t floats;
@@ -1011,7 +1026,9 @@ int main(int argc, char **argv)
     qsort(times, c.repeat, sizeof *times, cmp_double);
     median = c.repeat % 2 ? times[c.repeat / 2]
                           : 0.5 * (times[c.repeat / 2 - 1] + times[c.repeat / 2]);
-    if (c.method == M_FAVOR)
+    if (c.method == M_FAVOR && kernel_ids[c.kernel] == FAVOR_POLY2)
+        printf(PROG ": favor/poly2 width=%zu", favor_features_width(&f));
+    else if (c.method == M_FAVOR)
         printf(PROG ": favor/%s m=%zu", kernel_names[c.kernel], c.features);
     else
         printf(PROG ": %s", method_names[c.method]);

@@ -92,7 +92,11 @@
  *                                              width 1 + d + d (d + 1) / 2
  * POLY2 is exact and deterministic (no W): phi(q).phi(k) = 1 + t + t^2/2 with t
  * = s q.k, the second-order Taylor expansion of exp(t), which is positive for
- * every t ((1 + t)^2 / 2 + 1/2 >= 1/2), so no stabilizer is needed.
+ * every t ((1 + t)^2 / 2 + 1/2 >= 1/2), so no stabilizer is needed (the fp32
+ * dot product of the features carries an error of about 10 u |phi(q)| |phi(k)|,
+ * u = 2^-24, which matters only where t is near -1 while |q'| |k'| >> 1). Its width
+ * (2145 at d = 64) sets its cost, as m does FAVOR+'s, and its state (2 width
+ * (d_v + 1) floats per key/value head); d <= 4096.
  * POSITIVE, HYPERBOLIC and TRIG are unbiased: E[phi(q).phi(k)] = exp(s q.k) (with
  * c = 0). c is a stabilizer that cancels in the attention ratio: per row for
  * queries; for keys one constant per head (non-causal) or a running maximum over
@@ -218,6 +222,7 @@
  *          With fewer than 8 key/value heads the linear forward, extend and
  *          linear backward split inside each head: their rounding (not their
  *          accuracy bounds) differs from 0.3 when n_k > 512.
+ *          FAVOR_POLY2 (after FAVOR_RELU), the exact degree-2 polynomial kernel.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -411,12 +416,12 @@ FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kerne
 
 /* Redraw W in place from a new seed (same kernel, sizes, flags, storage).
  * O(m d^2) time in double, no memory beyond the storage. Errors: FAVOR_E_NULL,
- * FAVOR_E_SHAPE or FAVOR_E_ARG for an f that init did not fill; for ELU1 only the
- * seed changes. */
+ * FAVOR_E_SHAPE or FAVOR_E_ARG for an f that init did not fill; for ELU1 and
+ * POLY2 (no W) only the seed changes. */
 FAVOR_API favor_status favor_features_redraw(favor_features *f, unsigned long long seed);
 
-/* Width of phi(x): d (ELU1), m (POSITIVE, RELU) or 2m (HYPERBOLIC, TRIG); 0 for
- * a NULL or invalid f. O(1). */
+/* Width of phi(x): d (ELU1), m (POSITIVE, RELU), 2m (HYPERBOLIC, TRIG) or
+ * 1 + d + d (d + 1) / 2 (POLY2); 0 for a NULL or invalid f. O(1). */
 FAVOR_API size_t favor_features_width(const favor_features *f);
 
 /* phi = phi(x) for every row of x ([heads][rows][d] -> [heads][rows][width]),
@@ -1811,6 +1816,7 @@ static void favor__phi_finish(const favor__map *mp, float *buf, size_t ldb, size
  *     HYPERBOLIC  dx = sqrt(s) W^T (p1 - p2) - s x sum(p)       (halves 1, 2)
  *     TRIG        dx = sqrt(s) W^T (phi_cos dphi_sin - phi_sin dphi_cos) + s x sum(p)
  *     RELU        dx = sqrt(s) W^T (dphi [phi > 1e-3]) / sqrt(m)
+ *     POLY2       dx = sqrt(s) dphi_lin + the products' terms (favor__poly2_grad)
  * (RELU's mask reads u > 0 off phi: a u so small that u/sqrt(m) + 1e-3 rounds to
  * 1e-3 counts as 0, an error below 1e-10 relative in that one term). */
 static void favor__phi_backward(const favor__map *mp, const float *x, size_t ldx, size_t rows,

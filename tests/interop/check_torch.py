@@ -7,12 +7,14 @@ Writes random Q, K, V (and projections W) to a temporary directory, runs
 favor-npy on them and compares its output with the same attention written in
 PyTorch in float64: exact softmax (causal masks bottom-right aligned, n == n_k,
 n < n_k and n > n_k), elu(x)+1 linear attention in the form of
-fast-transformers, and FAVOR+ (and the hyperbolic, trig and relu maps) given
-the same W, in the form of the Performer reference code, unstabilized. Shapes
+fast-transformers, FAVOR+ (and the hyperbolic, trig and relu maps) given
+the same W, in the form of the Performer reference code, unstabilized, and
+poly2 (no W) against its kernel 1 + t + t^2/2, t = s q.k, evaluated directly,
+not through features. Shapes
 [n, d], [heads, n, d] and [batch, heads, n, d], float32 and float64 inputs,
 .npy format versions 1.0, 2.0 and 3.0, grouped-query K/V, d_v != d. The
 tolerances are favor.h's (its manual, ACCURACY): max|err| <= 2e-5 max|V| for
-softmax and elu+1, <= 1e-4 max|O_ref| for the random feature maps.
+softmax, elu+1 and poly2, <= 1e-4 max|O_ref| for the random feature maps.
 
 16-bit element types: float16 files (passed as FAVOR_F16 views) and float32
 files with --storage bf16 (FAVOR_BF16 views), against torch in float64 from the
@@ -140,6 +142,19 @@ def linear_ref(pq, pk, v, causal):
     return out
 
 
+def poly2_ref(q, k, v, scale, causal):
+    """FAVOR_POLY2 from its kernel, not its features: a = 1 + t + t^2/2 with
+    t = s q.k, masked, normalised over the visible keys: (a @ v) / a.sum(-1).
+    Rows that see no key (causal, n > n_k) are zero."""
+    t = (q @ k.transpose(-1, -2)) * scale
+    a = 1.0 + t + t * t / 2.0
+    if causal:
+        a = a.masked_fill(~visible(q.shape[-2], k.shape[-2]), 0.0)
+    den = a.sum(-1, keepdim=True)
+    out = (a @ v) / den
+    return torch.where(den > 0, out, torch.zeros_like(out))
+
+
 def phi_ref(x, kernel, w, scale):
     """The feature maps of favor.h's manual, unstabilized (c = 0), x' = sqrt(s) x.
     For FAVOR+ this is the Performer's softmax kernel feature map with
@@ -218,7 +233,9 @@ def case(work, name, method, qs, ks, vs, dtype=np.float32, causal=False, scale=N
     d = qs[-1]
     s = scale if scale is not None else 1.0 / d ** 0.5
     w = None
-    if method == "favor":
+    if method == "favor" and kernel == "poly2":  # no W
+        args += ["--kernel", kernel]
+    elif method == "favor":
         w = performer_w(rng, m, d).astype(wdtype)
         wpath = os.path.join(work, name + ".w.npy")
         save(wpath, w)
@@ -257,6 +274,9 @@ def reference(method, tq, tk, tv, causal, s, kernel="positive", tw=None):
         tol = 2e-5 * float(tv.abs().max())
     elif method == "elu":
         ref = linear_ref(phi_ref(tq, "elu", None, s), phi_ref(tk, "elu", None, s), tv, causal)
+        tol = 2e-5 * float(tv.abs().max())
+    elif kernel == "poly2":  # exact: elu+1's tolerance
+        ref = poly2_ref(tq, tk, tv, s, causal)
         tol = 2e-5 * float(tv.abs().max())
     else:
         ref = linear_ref(phi_ref(tq, kernel, tw, s), phi_ref(tk, kernel, tw, s), tv, causal)
@@ -317,6 +337,17 @@ def agreement(work):
          kernel="relu", m=96)
     case(work, "trig-3d", "favor", (2, 100, 16), (2, 100, 16), (2, 100, 16),
          kernel="trig", m=64, scale=0.05)
+    # poly2: the exact kernel 1 + t + t^2/2, no W (scale 1: t of order 1, t^2 matters)
+    case(work, "poly2-3d-dv!=d", "favor", (4, 120, 32), (4, 120, 32), (4, 120, 48),
+         kernel="poly2")
+    case(work, "poly2-2d-d64-scale", "favor", (130, 64), (130, 64), (130, 16),
+         kernel="poly2", scale=0.5)
+    case(work, "poly2-causal-4d-gqa-f64-scale", "favor", (2, 4, 150, 16), (2, 1, 150, 16),
+         (2, 1, 150, 16), dtype=F64, causal=True, kernel="poly2", scale=1.0)
+    case(work, "poly2-causal-n<nk", "favor", (2, 50, 32), (2, 130, 32), (2, 130, 32),
+         causal=True, kernel="poly2")
+    case(work, "poly2-causal-n>nk-out-f8", "favor", (2, 100, 16), (2, 60, 16), (2, 60, 16),
+         causal=True, kernel="poly2", out_dtype="f8")
 
     # descr '=f8' and '|f4' (native order) read like '<f8' and '<f4'
     if sys.byteorder == "little":
@@ -385,7 +416,9 @@ def narrow_case(work, name, method, qs, ks, vs, causal=False, kernel="positive",
     s = 1.0 / d ** 0.5
     args = ["--method", method] + (["--causal"] if causal else [])
     tw = None
-    if method == "favor":
+    if method == "favor" and kernel == "poly2":  # no W
+        args += ["--kernel", kernel]
+    elif method == "favor":
         w = performer_w(rng, m, d)
         if w16:  # a float16 W file: widened, not rounded further
             w = w.astype(np.float16)
@@ -509,6 +542,10 @@ def sixteen_bit(work):
     narrow_case(work, "h-elu-3d", "elu", (2, 80, 32), (2, 80, 32), (2, 80, 16))
     narrow_case(work, "h-elu-causal-n>nk", "elu", (2, 90, 16), (2, 60, 16), (2, 60, 16),
                 causal=True)
+    narrow_case(work, "h-poly2-3d", "favor", (2, 80, 32), (2, 80, 32), (2, 80, 16),
+                kernel="poly2")
+    narrow_case(work, "h-poly2-causal-n>nk", "favor", (2, 90, 16), (2, 60, 16), (2, 60, 16),
+                causal=True, kernel="poly2")
     narrow_case(work, "h-favor+-causal-W16", "favor", (2, 80, 32), (2, 80, 32), (2, 80, 32),
                 causal=True, m=64, w16=True, rounding=True)
     # mixed types as read, with the descrs '=f2' and '|f2' (native order)
@@ -556,6 +593,21 @@ def behaviour(work):
     a, b = np.load(outs[0]), np.load(outs[1])
     if not np.array_equal(a, b):
         fail("the same seed gave different outputs")
+    # poly2 has no W: its line shows its width, 1 + d + d (d + 1) / 2 = 153 at d = 16,
+    # and its output does not depend on the threads
+    pp = [os.path.join(work, "b.poly2-%d.npy" % i) for i in range(2)]
+    r5 = run(["--kernel", "poly2", "--repeat", "3"] + p + [pp[0]])
+    r6 = run(["--kernel", "poly2", "--threads", "1"] + p + [pp[1]])
+    pat = (r"^favor-npy: favor/poly2 width=153 non-causal heads=2 kv_heads=2 n=64 n_k=64 "
+           r"d=16 dv=16 \w+: [0-9.]+ ms \(median of 3\)\n$")
+    if r5.returncode or r6.returncode:
+        fail("poly2 runs: exit %d, %d" % (r5.returncode, r6.returncode))
+    elif not re.match(pat, r5.stdout.decode()):
+        fail("poly2 timing line %r does not match %r" % (r5.stdout.decode(), pat))
+    elif not np.array_equal(np.load(pp[0]), np.load(pp[1])):
+        fail("poly2: --threads 1 and the default threads gave different outputs")
+    else:
+        print("  timing line: " + r5.stdout.decode().strip())
     r4 = run(["--seed", "8", "--features", "32"] + p + [outs[2]])  # replaces outs[2]
     if r4.returncode or np.array_equal(a, np.load(outs[2])):
         fail("another seed gave the same output (or failed: %d)" % r4.returncode)
@@ -776,6 +828,9 @@ def failures(work):
     save(P("bf16-range.npy"), b)
     cases.append(("--storage bf16 overflow", ["--storage", "bf16", P("q.npy"), P("k.npy"),
                                               P("bf16-range.npy"), out]))
+    # poly2's width grows as d^2 / 2: favor.h takes d <= 4096
+    cases.append(("--kernel poly2 with d 4097", ["--kernel", "poly2"]
+                  + [arr("d4097.npy", (2, 4097))] * 3 + [out]))
     os.symlink("no-such-file.npy", P("dangling.npy"))
     cases.append(("output a dangling link", good + [P("dangling.npy")]))
     for name, args in cases:
@@ -812,6 +867,11 @@ def failures(work):
         ("--kernel for softmax", ["--method", "softmax", "--kernel", "relu"] + good + [out]),
         ("--seed with --projection", ["--seed", "1", "--projection", P("w16.npy")] + good + [out]),
         ("--scale for elu", ["--method", "elu", "--scale", "0.5"] + good + [out]),
+        ("--features with poly2", ["--kernel", "poly2", "--features", "8"] + good + [out]),
+        ("--seed with poly2", ["--kernel", "poly2", "--seed", "1"] + good + [out]),
+        ("--projection with poly2", ["--kernel", "poly2", "--projection", P("w16.npy")] + good
+         + [out]),
+        ("--kernel poly2 for elu", ["--method", "elu", "--kernel", "poly2"] + good + [out]),
     ]
     for name, args in usage:
         expect_error(bad, name, args, out, 2)
