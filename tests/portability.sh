@@ -2,6 +2,7 @@
 # The portability matrix (run by .ci/run; each job can be run alone):
 #
 #   sh tests/portability.sh opt        gcc and clang at -O0, -O2, -O3, -Werror: build, ctest
+#                                      (gcc -O2, the README build, is only built)
 #   sh tests/portability.sh pedantic   the header alone, -std=c99 -pedantic -Werror
 #                                      -Wall -Wextra, gcc and clang, every x86 backend
 #   sh tests/portability.sh cxx        the header as C++11 (g++, clang++, -Werror):
@@ -29,7 +30,14 @@ job_opt() {
             CC=$cc cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release \
                 "-DCMAKE_C_FLAGS_RELEASE=-$opt" -DFAVOR_WERROR=ON -DFAVOR_BUILD_BENCH=OFF >/dev/null
             cmake --build "$dir" -j"$jobs" >/dev/null
-            if ! ctest --test-dir "$dir" --output-on-failure -j"$jobs" > "$dir/ctest.log" 2>&1; then
+            # gcc -O2 is the README's build (CMakeLists' Release default): its tests
+            # ran in the README step, so here it is only built with -Werror. At -O0
+            # the 10^7-token recurrence is left out (a minute per compiler; the
+            # README step and both ASan jobs run it).
+            if [ "$cc-$opt" = gcc-O2 ]; then echo "built; tests: the README step"; continue; fi
+            skip=""
+            if [ "$opt" = O0 ]; then skip="-E long_recurrence"; fi
+            if ! ctest --test-dir "$dir" --output-on-failure -j"$jobs" $skip > "$dir/ctest.log" 2>&1; then
                 cat "$dir/ctest.log"
                 exit 1
             fi
