@@ -32,8 +32,19 @@
  * below FAVOR+'s at m = POLY2's width (statements about the estimators that
  * could fail, not times); ctest runs it as accuracy_check.
  *
+ * --cost times instead: one call each of exact softmax, elu+1, FAVOR+ at m = 256,
+ * FAVOR+ at m = POLY2's width and POLY2 (favor_softmax_attention and
+ * favor_linear_attention, 1 thread, 8 heads, d_v = d, n_k = n), non-causal and
+ * causal, for d in --d (default 32, 64) and n in --cost-n (default 1024 to 8192):
+ * the median of 5 rounds after a warm-up round, the five interleaved within each
+ * round; the CSV (--csv) gets those medians. It backs the README's statement of
+ * what POLY2 costs against FAVOR+ at equal width and against softmax.
+ *
  * Usage: favor_accuracy [--d LIST] [--m LIST] [--r LIST] [--n N] [--seeds S]
- *                       [--kernels LIST] [--csv FILE] [--check] */
+ *                       [--kernels LIST] [--csv FILE] [--check]
+ *        favor_accuracy --cost [--d LIST] [--cost-n LIST] [--csv FILE] */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime (--cost) */
+
 #define FAVOR_IMPLEMENTATION
 #include "favor.h"
 
@@ -41,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAXL 16
 
@@ -252,6 +264,134 @@ static int map_errors(const trial *t, favor_kernel kernel, size_t m, unsigned lo
     return 0;
 }
 
+/* ------------------------------------------------------------------------- */
+/* --cost: what a call costs, for the table's equal-cost comparison           */
+/* ------------------------------------------------------------------------- */
+
+#define COST_IMPLS 5
+static const char *const COST_NAMES[COST_IMPLS] = {"softmax", "elu+1", "favor+ 256",
+                                                   "favor+ =w", "poly2"};
+static const char *const COST_CSV[COST_IMPLS] = {"softmax", "elu", "positive", "positive", "poly2"};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One cost configuration: inputs, the maps, and a workspace large enough for all. */
+typedef struct {
+    favor_tensor q, k, v, o;
+    favor_features f[COST_IMPLS]; /* [0] unused: softmax */
+    float *w[COST_IMPLS];
+    favor_options opts;
+} cost_set;
+
+/* impl 0 softmax, 1 elu+1, 2 FAVOR+ m = 256, 3 FAVOR+ m = POLY2's width, 4 POLY2 */
+static favor_status cost_call(const cost_set *c, int impl)
+{
+    return impl == 0 ? favor_softmax_attention(&c->q, &c->k, &c->v, &c->o, &c->opts)
+                     : favor_linear_attention(&c->f[impl], &c->q, &c->k, &c->v, &c->o, &c->opts);
+}
+
+/* Times one call of each implementation per round, `runs` rounds after a warm-up
+ * round (the implementations interleaved, so a slow spell of the machine falls on
+ * all of them), 1 thread; prints and writes the medians. 0 on success. */
+static int cost_table(const sizes *ds, const sizes *ns, size_t heads, size_t runs, FILE *csv)
+{
+    size_t di, ni, r;
+    int causal, impl;
+    printf("favor_accuracy --cost: seconds per call (median of %zu, interleaved), 1 thread, "
+           "%s backend;\n%zu heads, d_v = d, n_k = n; Q, K, V ~ N(0, 0.5^2); FAVOR+ at m = 256 "
+           "and at m = POLY2's width\n",
+           runs, favor_backend(), heads);
+    /* the CSV names the kernels as the accuracy CSV does; m tells FAVOR+'s two apart */
+    if (csv) fprintf(csv, "kernel,d,causal,n,heads,m,width,state_floats,runs,time_s\n");
+    for (di = 0; di < ds->n; ++di)
+        for (causal = 0; causal < 2; ++causal) {
+            size_t d = ds->v[di], pw = map_width(FAVOR_POLY2, d, 0);
+            favor_features fp;
+            if (favor_features_init(&fp, FAVOR_POLY2, d, d, 0, 0, NULL) != FAVOR_OK) return 1;
+            printf("\nd = %zu, %s; POLY2 width %zu, state %zu floats per head (FAVOR+ at m = "
+                   "%zu: the same)\n%8s",
+                   d, causal ? "causal" : "non-causal", pw, favor_state_floats(&fp, 1, d), pw, "n");
+            for (impl = 0; impl < COST_IMPLS; ++impl) printf(" %11s", COST_NAMES[impl]);
+            printf(" %12s %12s\n", "poly2/f+ =w", "poly2/softmx");
+            for (ni = 0; ni < ns->n; ++ni) {
+                size_t n = ns->v[ni], count = heads * n * d, bytes = 0, i;
+                float *buf = (float *)xmalloc(4 * count * sizeof(float));
+                double *t = (double *)xmalloc(COST_IMPLS * runs * sizeof(double)), med[COST_IMPLS];
+                void *ws;
+                cost_set c;
+                rng g;
+                g.s = 7 + n * 31 + d;
+                for (i = 0; i < 3 * count; ++i) buf[i] = (float)(0.5 * normal(&g));
+                c.q = favor_tensor_packed(buf, heads, n, d);
+                c.k = favor_tensor_packed(buf + count, heads, n, d);
+                c.v = favor_tensor_packed(buf + 2 * count, heads, n, d);
+                c.o = favor_tensor_packed(buf + 3 * count, heads, n, d);
+                c.opts = favor_default_options();
+                c.opts.flags = causal ? FAVOR_CAUSAL : 0;
+                c.opts.threads = 1;
+                c.w[0] = NULL;
+                for (impl = 1; impl < COST_IMPLS; ++impl) {
+                    favor_kernel kern = impl == 1 ? FAVOR_ELU1 : impl == 4 ? FAVOR_POLY2 : FAVOR_POSITIVE;
+                    size_t m = impl == 2 ? 256 : impl == 3 ? pw : d, need;
+                    c.w[impl] = (float *)xmalloc(favor_features_floats(kern, d, m) * sizeof(float));
+                    if (favor_features_init(&c.f[impl], kern, d, m, 0, 11, c.w[impl]) != FAVOR_OK) {
+                        fprintf(stderr, "favor_accuracy: features_init failed\n");
+                        return 1;
+                    }
+                    need = favor_linear_attention_workspace(&c.f[impl], &c.q, &c.k, &c.v, &c.opts);
+                    if (need > bytes) bytes = need;
+                }
+                if (favor_softmax_attention_workspace(&c.q, &c.k, &c.v, &c.opts) > bytes)
+                    bytes = favor_softmax_attention_workspace(&c.q, &c.k, &c.v, &c.opts);
+                ws = xmalloc(bytes);
+                c.opts.workspace = ws;
+                c.opts.workspace_size = bytes;
+                for (r = 0; r <= runs; ++r)
+                    for (impl = 0; impl < COST_IMPLS; ++impl) {
+                        double t0 = now_s();
+                        favor_status st = cost_call(&c, impl);
+                        if (st != FAVOR_OK) {
+                            fprintf(stderr, "favor_accuracy: %s: %s\n", COST_NAMES[impl],
+                                    favor_status_string(st));
+                            return 1;
+                        }
+                        if (r > 0) t[impl * runs + r - 1] = now_s() - t0; /* round 0: warm-up */
+                    }
+                printf("%8zu", n);
+                for (impl = 0; impl < COST_IMPLS; ++impl) {
+                    double *ti = t + impl * runs;
+                    qsort(ti, runs, sizeof *ti, cmp_double);
+                    med[impl] = runs % 2 ? ti[runs / 2] : 0.5 * (ti[runs / 2 - 1] + ti[runs / 2]);
+                    printf(" %11.4g", med[impl]);
+                    if (csv)
+                        fprintf(csv, "%s,%zu,%d,%zu,%zu,%zu,%zu,%zu,%zu,%.6e\n", COST_CSV[impl], d,
+                                causal, n, heads,
+                                impl == 2 ? (size_t)256 : impl == 3 ? pw : 0,
+                                impl == 0 ? 0 : favor_features_width(&c.f[impl]),
+                                impl == 0 ? 0 : favor_state_floats(&c.f[impl], 1, d), runs, med[impl]);
+                }
+                printf(" %12.3f %12.3f\n", med[4] / med[3], med[4] / med[0]);
+                fflush(stdout);
+                for (impl = 1; impl < COST_IMPLS; ++impl) free(c.w[impl]);
+                free(ws);
+                free(t);
+                free(buf);
+            }
+        }
+    return 0;
+}
+
 static int parse_sizes(const char *s, sizes *out)
 {
     char *end;
@@ -296,7 +436,13 @@ static void usage(FILE *to)
             "  --csv FILE      write every figure as CSV\n"
             "  --check         a small run (d = 32, r = 1, m = 16,64,256) that fails unless\n"
             "                  FAVOR+'s error falls with m and poly2's error is below\n"
-            "                  FAVOR+'s at m = poly2's width (561)\n");
+            "                  FAVOR+'s at m = poly2's width (561)\n"
+            "  --cost          instead of errors, time one call of softmax, elu+1, FAVOR+\n"
+            "                  (m = 256 and m = poly2's width) and poly2, 1 thread, 8\n"
+            "                  heads, d from --d (default here: 32,64), non-causal and\n"
+            "                  causal, n from --cost-n (default: 1024,2048,4096,8192);\n"
+            "                  --csv writes those times\n"
+            "  --cost-n LIST   sequence lengths of --cost\n");
 }
 
 int main(int argc, char **argv)
@@ -304,7 +450,8 @@ int main(int argc, char **argv)
     sizes ds = {{32, 64, 128}, 3}, ms = {{16, 32, 64, 128, 256, 512, 1024}, 7};
     reals rs = {{0.5, 1.0, 1.5, 2.0, 3.0}, 5};
     size_t n = 256, seeds = 5, di, ri, mi, ki, si;
-    int use[NKERNELS], check = 0, a;
+    sizes cost_ns = {{1024, 2048, 4096, 8192}, 4};
+    int use[NKERNELS], check = 0, cost = 0, d_given = 0, a;
     const char *csv_path = NULL;
     FILE *csv = NULL;
     double first_pos = -1.0, last_pos = -1.0, poly2_err = -1.0, pos_eq_err = -1.0;
@@ -329,10 +476,11 @@ int main(int argc, char **argv)
             n = 128;
             seeds = 3;
             continue;
+        } else if (strcmp(o, "--cost") == 0) {
+            cost = 1;
+            continue;
         } else if (!val) {
             bad = 1;
-        } else if (strcmp(o, "--d") == 0) {
-            bad = parse_sizes(val, &ds);
         } else if (strcmp(o, "--m") == 0) {
             bad = parse_sizes(val, &ms);
         } else if (strcmp(o, "--r") == 0) {
@@ -341,6 +489,11 @@ int main(int argc, char **argv)
             bad = !(n = strtoul(val, NULL, 10));
         } else if (strcmp(o, "--seeds") == 0) {
             bad = !(seeds = strtoul(val, NULL, 10));
+        } else if (strcmp(o, "--cost-n") == 0) {
+            bad = parse_sizes(val, &cost_ns);
+        } else if (strcmp(o, "--d") == 0) {
+            d_given = 1;
+            bad = parse_sizes(val, &ds);
         } else if (strcmp(o, "--csv") == 0) {
             csv_path = val;
         } else if (strcmp(o, "--kernels") == 0) {
@@ -363,6 +516,17 @@ int main(int argc, char **argv)
     if (csv_path && !(csv = fopen(csv_path, "w"))) {
         fprintf(stderr, "favor_accuracy: cannot write %s\n", csv_path);
         return 1;
+    }
+    if (cost) {
+        int failed;
+        if (!d_given) {
+            ds.n = 2;
+            ds.v[0] = 32;
+            ds.v[1] = 64;
+        }
+        failed = cost_table(&ds, &cost_ns, 8, 5, csv);
+        if (csv) fclose(csv);
+        return failed;
     }
     if (csv)
         fprintf(csv, "kernel,d,r,m,width,n,seeds,logit_std,logit_maxabs,err_out_mean,err_out_min,"

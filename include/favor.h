@@ -88,15 +88,16 @@
  *     FAVOR_HYPERBOLIC  exp(-|x'|^2/2 - c) [exp(Wx'), exp(-Wx')] / sqrt(2m)  2m
  *     FAVOR_TRIG        exp(|x'|^2/2 - c) [sin Wx', cos Wx'] / sqrt(m)       2m
  *     FAVOR_RELU        relu(W x') / sqrt(m) + 1e-3                width m
- *     FAVOR_POLY2       [1, x', x'_i x'_j (i < j), x'_i^2 / sqrt(2)]
- *                                              width 1 + d + d (d + 1) / 2
+ *     FAVOR_POLY2       [1, x', then for i = 1..d: x'_i^2 / sqrt(2) and
+ *                        x'_i x'_j for j > i]   width 1 + d + d (d + 1) / 2
  * POLY2 is exact and deterministic (no W): phi(q).phi(k) = 1 + t + t^2/2 with t
  * = s q.k, the second-order Taylor expansion of exp(t), which is positive for
  * every t ((1 + t)^2 / 2 + 1/2 >= 1/2), so no stabilizer is needed (the fp32
  * dot product of the features carries an error of about 10 u |phi(q)| |phi(k)|,
  * u = 2^-24, which matters only where t is near -1 while |q'| |k'| >> 1). Its width
- * (2145 at d = 64) sets its cost, as m does FAVOR+'s, and its state (2 width
- * (d_v + 1) floats per key/value head); d <= 4096.
+ * (2145 at d = 64) sets its cost, as m does FAVOR+'s (measured: about half of
+ * FAVOR+'s at m = width, which also projects Wx'), and its state (about 2 width
+ * (d_v + 10) floats per key/value head); d <= 4096.
  * POSITIVE, HYPERBOLIC and TRIG are unbiased: E[phi(q).phi(k)] = exp(s q.k) (with
  * c = 0). c is a stabilizer that cancels in the attention ratio: per row for
  * queries; for keys one constant per head (non-causal) or a running maximum over
