@@ -1,8 +1,8 @@
 #!/bin/sh
 # The portability matrix (run by .ci/run; each job can be run alone):
 #
-#   sh tests/portability.sh opt        gcc and clang at -O0, -O2, -O3, -Werror: build, ctest
-#                                      (gcc -O2, the README build, is only built)
+#   sh tests/portability.sh opt        gcc and clang at -O0, -O2, -O3, -Werror: build;
+#                                      ctest at gcc -O0, gcc -O3 and clang -O3
 #   sh tests/portability.sh pedantic   the header alone, -std=c99 -pedantic -Werror
 #                                      -Wall -Wextra, gcc and clang, every x86 backend
 #   sh tests/portability.sh cxx        the header as C++11 (g++, clang++, -Werror):
@@ -25,16 +25,20 @@ mkdir -p "$out"
 job_opt() {
     for cc in gcc clang; do
         for opt in O0 O2 O3; do
-            echo "== $cc -$opt -Werror: build and test"
+            echo "== $cc -$opt -Werror: build (and test)"
             dir=$out/$cc-$opt
             CC=$cc cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release \
                 "-DCMAKE_C_FLAGS_RELEASE=-$opt" -DFAVOR_WERROR=ON -DFAVOR_BUILD_BENCH=OFF >/dev/null
             cmake --build "$dir" -j"$jobs" >/dev/null
-            # gcc -O2 is the README's build (CMakeLists' Release default): its tests
-            # ran in the README step, so here it is only built with -Werror. At -O0
-            # the 10^7-token recurrence is left out (a minute per compiler; the
-            # README step and both ASan jobs run it).
-            if [ "$cc-$opt" = gcc-O2 ]; then echo "built; tests: the README step"; continue; fi
+            # Every level is built with -Werror; the suite runs at gcc -O0, gcc -O3
+            # and clang -O3 (the README step runs it at gcc -O2, the CMakeLists'
+            # Release default). clang -O0 and -O2 add little to those three and
+            # would cost CI five minutes. At -O0 the 10^7-token recurrence is left
+            # out (a minute; the README step and both ASan jobs run it).
+            case $cc-$opt in
+            gcc-O2) echo "built; tests: the README step"; continue ;;
+            clang-O0 | clang-O2) echo "built; tests: gcc -O0, clang -O3"; continue ;;
+            esac
             skip=""
             if [ "$opt" = O0 ]; then skip="-E long_recurrence"; fi
             if ! ctest --test-dir "$dir" --output-on-failure -j"$jobs" $skip > "$dir/ctest.log" 2>&1; then

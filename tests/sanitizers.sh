@@ -38,9 +38,11 @@ job_valgrind() {
     # the interop test (driven by cmake -P and Python, not wrapped); the 10^7-token
     # recurrence and the exp sweep (minutes under valgrind, register arithmetic on
     # a few small arrays; the ASan jobs run both); the AVX2 variants of
-    # test_backward, test_linear and test_threads (their scalar variants run the
-    # same logic here, and test_backward alone took over 16 minutes under
-    # valgrind; the ASan/UBSan jobs run them).
+    # test_backward, test_linear, test_threads and test_features (their scalar
+    # variants run the same logic here, and test_backward alone took over 16
+    # minutes under valgrind; the ASan/UBSan jobs run them; the AVX2 feature
+    # maps still run here inside test_backends, test_recurrent, test_dtypes and
+    # test_batch).
     dir=$out/valgrind
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DFAVOR_BUILD_BENCH=OFF \
@@ -49,7 +51,7 @@ job_valgrind() {
     cmake --build "$dir" -j"$jobs" >/dev/null
     # valgrind runs threads one at a time: OpenMP spinning would only burn time
     OMP_WAIT_POLICY=passive ctest --test-dir "$dir" --output-on-failure -j"$jobs" \
-        -E 'favor_train_smoke|forced_|long_recurrence|standalone_exp|interop|test_(backward|linear|threads)_avx2' \
+        -E 'favor_train_smoke|forced_|long_recurrence|standalone_exp|interop|test_(backward|linear|threads|features)_avx2' \
         --timeout 1500
 }
 
