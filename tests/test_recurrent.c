@@ -1,7 +1,7 @@
 /* Causality and the recurrent form of causal linear attention.
  *
  * (a) No future dependence: for every kernel (ELU1, POSITIVE, HYPERBOLIC, TRIG,
- *     RELU) in three forms (one causal favor_linear_attention call,
+ *     RELU, POLY2) in three forms (one causal favor_linear_attention call,
  *     favor_linear_extend in blocks, favor_linear_step token by token) and for
  *     causal softmax attention: changing key and value row j (to values of
  *     magnitude ~1e3, and separately to ordinary random values) leaves every
