@@ -325,7 +325,7 @@ static int cost_table(const sizes *ds, const sizes *ns, size_t heads, size_t run
             for (impl = 0; impl < COST_IMPLS; ++impl) printf(" %11s", COST_NAMES[impl]);
             printf(" %12s %12s\n", "poly2/f+ =w", "poly2/softmx");
             for (ni = 0; ni < ns->n; ++ni) {
-                size_t n = ns->v[ni], count = heads * n * d, bytes = 0, i;
+                size_t n = ns->v[ni], count = heads * n * d, bytes = 0, need, i;
                 float *buf = (float *)xmalloc(4 * count * sizeof(float));
                 double *t = (double *)xmalloc(COST_IMPLS * runs * sizeof(double)), med[COST_IMPLS];
                 void *ws;
@@ -343,7 +343,7 @@ static int cost_table(const sizes *ds, const sizes *ns, size_t heads, size_t run
                 c.w[0] = NULL;
                 for (impl = 1; impl < COST_IMPLS; ++impl) {
                     favor_kernel kern = impl == 1 ? FAVOR_ELU1 : impl == 4 ? FAVOR_POLY2 : FAVOR_POSITIVE;
-                    size_t m = impl == 2 ? 256 : impl == 3 ? pw : d, need;
+                    size_t m = impl == 2 ? 256 : impl == 3 ? pw : d;
                     c.w[impl] = (float *)xmalloc(favor_features_floats(kern, d, m) * sizeof(float));
                     if (favor_features_init(&c.f[impl], kern, d, m, 0, 11, c.w[impl]) != FAVOR_OK) {
                         fprintf(stderr, "favor_accuracy: features_init failed\n");
@@ -352,8 +352,8 @@ static int cost_table(const sizes *ds, const sizes *ns, size_t heads, size_t run
                     need = favor_linear_attention_workspace(&c.f[impl], &c.q, &c.k, &c.v, &c.opts);
                     if (need > bytes) bytes = need;
                 }
-                if (favor_softmax_attention_workspace(&c.q, &c.k, &c.v, &c.opts) > bytes)
-                    bytes = favor_softmax_attention_workspace(&c.q, &c.k, &c.v, &c.opts);
+                need = favor_softmax_attention_workspace(&c.q, &c.k, &c.v, &c.opts);
+                if (need > bytes) bytes = need;
                 ws = xmalloc(bytes);
                 c.opts.workspace = ws;
                 c.opts.workspace_size = bytes;
