@@ -37,6 +37,9 @@
  *     bit-identical results for any thread count); the exit status is 1 when one
  *     differs or a call fails. Whether the per-element calls give the batched
  *     call's bits is shown too, for information only.
+ * Before the table (not with --quick) it measures the machine's own 2-thread
+ * limits: 2 threads each reading its own 64 MB array, and each running
+ * multiply-add chains in registers, against 1 thread (machine_reference).
  * Inputs: N(0, 0.5^2) floats from splitmix64 and Box-Muller with a fixed seed.
  * The softmax backward reads the log-sum-exp of an untimed forward call
  * (favor_options.lse) and that call's output.
@@ -121,6 +124,80 @@ static double median(double *x, int n)
     qsort(x, (size_t)n, sizeof *x, cmp_double);
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
+
+/* The machine's own 2-thread limits, measured in the same run (not with
+ * --quick): each of T = 1 or 2 threads reads its own array of REF_FLOATS floats
+ * (first touched by that thread), or runs REF_CHAINS multiply-add chains in
+ * registers; median of REF_ROUNDS interleaved rounds. A 2-thread call cannot
+ * beat what the two cores give two streams at once. */
+#define REF_FLOATS ((size_t)16 << 20) /* 64 MB per thread: beyond the caches */
+#define REF_CHAINS 32
+#define REF_ROUNDS 5
+
+#ifdef _OPENMP
+static volatile double ref_sink; /* keeps the sums */
+
+static double ref_read(const float *x, size_t n)
+{
+    float s[16] = {0};
+    size_t i, j;
+    double t = 0.0;
+    for (i = 0; i + 16 <= n; i += 16)
+        for (j = 0; j < 16; ++j) s[j] += x[i + j];
+    for (j = 0; j < 16; ++j) t += s[j];
+    return t;
+}
+
+static double ref_madd(long iters)
+{
+    float a[REF_CHAINS];
+    long it;
+    int j;
+    double t = 0.0;
+    for (j = 0; j < REF_CHAINS; ++j) a[j] = (float)j;
+    for (it = 0; it < iters; ++it)
+        for (j = 0; j < REF_CHAINS; ++j) a[j] = a[j] * 0.99990f + 0.00010f;
+    for (j = 0; j < REF_CHAINS; ++j) t += a[j];
+    return t;
+}
+
+static void machine_reference(void)
+{
+    double rd[2][REF_ROUNDS], ma[2][REF_ROUNDS];
+    float *arr[2];
+    long iters = 4000000L;
+    int r, t;
+#pragma omp parallel num_threads(2)
+    {
+        size_t i;
+        int me = omp_get_thread_num();
+        arr[me] = alloc_floats(REF_FLOATS);
+        for (i = 0; i < REF_FLOATS; ++i) arr[me][i] = (float)(i & 7);
+    }
+    for (r = 0; r < REF_ROUNDS; ++r)
+        for (t = 1; t <= 2; ++t) {
+            double t0 = now_s(), s = 0.0;
+#pragma omp parallel num_threads(t) reduction(+ : s)
+            s += ref_read(arr[omp_get_thread_num()], REF_FLOATS);
+            rd[t - 1][r] = now_s() - t0;
+            t0 = now_s();
+#pragma omp parallel num_threads(t) reduction(+ : s)
+            s += ref_madd(iters);
+            ma[t - 1][r] = now_s() - t0;
+            ref_sink += s;
+        }
+    printf("machine, 2 threads at once against 1 (medians of %d): reading %lu MB each %.2fx "
+           "(1 thread %.1f GB/s), multiply-add chains %.2fx\n",
+           REF_ROUNDS, (unsigned long)(REF_FLOATS * sizeof(float) >> 20),
+           2.0 * median(rd[0], REF_ROUNDS) / median(rd[1], REF_ROUNDS),
+           (double)(REF_FLOATS * sizeof(float)) / median(rd[0], REF_ROUNDS) / 1e9,
+           2.0 * median(ma[0], REF_ROUNDS) / median(ma[1], REF_ROUNDS));
+    free(arr[0]);
+    free(arr[1]);
+}
+#else
+static void machine_reference(void) {}
+#endif
 
 /* splitmix64 */
 static unsigned long long mix64(unsigned long long *s)
@@ -841,6 +918,8 @@ int main(int argc, char **argv)
                "       give the 1-thread bits (NO(2), NO(w): which differ); elem=: the "
                "per-element calls do too\n",
                c.wide, c.wide, c.wide, BALANCE_CALLS, c.wide);
+
+    if (!c.quick) machine_reference();
 
     if (c.csv) {
         csv = fopen(c.csv, "w");

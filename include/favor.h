@@ -164,14 +164,17 @@
  * attention/extend: segments of keys, then blocks of output rows or, causal, a
  * chunk-parallel scan; the linear backward likewise, the causal one scanning the
  * segments' row sums back from the end; the softmax backward, when heads alone
- * leave threads idle: key parts for dK, dV and query blocks for dQ). The split
- * is fixed by the shape, so results are bit-identical for any thread count.
+ * leave threads idle: one query block after another, the key parts of each, whose
+ * dQ partials are then added in part order). The split is fixed by the shape, so
+ * results are bit-identical for any thread count.
  *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
  * needs (a slice per thread; with fewer than 8 key/value heads, ceil(8 / heads)
  * states per key/value head for the split, and for the linear backward
  * ceil(8 / query heads) partial sums per query head (causal: ceil(8 / heads)
- * per key/value head); any alignment; independent of the sequence length,
+ * per key/value head), and for a split softmax backward 32 x 64 x d floats of dQ
+ * partials per key/value head (512 KB at d = 64); any alignment; independent of
+ * the sequence length,
  * except for softmax decoding, whose per-block partials take R (d_v + 2) floats
  * per 512 keys per key/value head, R = query rows x query heads per key/value
  * head: 0.5% of the cache's bytes for R = 1, d = d_v, and for a backward pass
@@ -465,7 +468,8 @@ FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q,
  * the forward's log-sum-exp it is used, else each query block recomputes it
  * first (one more pass over the keys). Scores are recomputed tile by tile:
  * time O(heads n n_k d) (about 2.5x the forward), memory O(tile), independent
- * of n. Threads split key/value heads. Errors as favor_softmax_attention, plus
+ * of n. Threads split key/value heads, or the key parts of each query block when
+ * the heads are too few. Errors as favor_softmax_attention, plus
  * FAVOR_E_SHAPE for a gradient shaped unlike its tensor and FAVOR_E_ALIAS when
  * dq, dk or dv overlaps each other, an input, lse or the workspace. */
 FAVOR_API favor_status favor_softmax_attention_backward(
@@ -4317,19 +4321,21 @@ static size_t favor__bwd_stage_floats(const favor_tensor *q, const favor_tensor 
  * The lse is the forward's (opts->lse) or comes from a first pass over the keys
  * with the forward's running statistics. A work item is a key/value head (its
  * dK, dV rows are shared by its query heads), so threads never write the same
- * row. When that would leave threads idle (fewer heads than threads, or a
- * share of them: favor__softmax_bwd_split), the work is split inside a head
- * without atomics, at the price of computing P and dP twice: pass A, items of
- * key rows, computes dK and dV, each key row over the query heads and blocks
- * in the order of the one-head pass; pass B, items of BQ query rows, computes
- * dQ over the key tiles in that order (the lse, when not given, first comes
- * from a pass over query blocks into the workspace). Every sum is the one-head
- * pass's, term for term and in order, so the results are bit-identical
- * whichever way the call is split. */
+ * row. A query block's dQ is summed over key parts (favor__softmax_bwd_kp, fixed
+ * by n_k): a partial per part, the partials added in part order. When whole heads
+ * would leave threads idle (fewer heads than threads, or a share of them:
+ * favor__softmax_bwd_split), the work is split inside a head without atomics and
+ * without computing anything twice: query block by query block in the one-head
+ * pass's order, the key parts run in parallel, each adding to its own dK, dV rows
+ * and writing its dQ partial; then the block's dQ rows are summed from the
+ * partials (the lse, when not given, first comes from a pass over query blocks
+ * into the workspace). Every sum is the one-head pass's, term for term and in
+ * order, so the results are bit-identical whichever way the call is split. */
 static size_t favor__softmax_bwd_floats(size_t d, size_t dv)
 {
     size_t a, b;
-    if (!favor__add_ok(d, dv, &a) || !favor__mul_ok(a, FAVOR__BQ, &a)) return 0;
+    if (!favor__add_ok(d, dv, &a) || !favor__add_ok(a, d, &a) || !favor__mul_ok(a, FAVOR__BQ, &a))
+        return 0;
     b = 2 * FAVOR__BK * FAVOR__BQ + 6 * FAVOR__BQ;
     return favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
 }
@@ -4355,67 +4361,92 @@ static void favor__softmax_bwd_lse(const float *Qt, const float *K, size_t ldk, 
     for (r = 0; r < nq; ++r) L[r] = favor__softmax_lse(m[r], l[r]);
 }
 
-#define FAVOR__DQ 1  /* a block computes dQ */
-#define FAVOR__DKV 2 /* a block computes dK, dV */
+/* Key parts of a softmax backward: a query block's dQ is summed part by part (a
+ * partial over the part's key tiles, the partials added in part order), so that
+ * the parts of a block can run on different threads and give the bits of one.
+ * Parts of 8 tiles, or at most FAVOR__SBP parts: fixed by n_k alone. */
+#define FAVOR__SBP 32
 
-/* query rows [i0, i0 + BQ) of one query head against the key tiles from kb0 (a
- * multiple of BK) to kb1 of its key/value head: dQ and/or dK, dV (what) */
-static void favor__softmax_bwd_block(const float *Q, size_t ldq, const float *K, size_t ldk,
-                                     const float *V, size_t ldv, const float *O, size_t ldo,
-                                     const float *G, size_t ldg, float *DQ, size_t lddq,
-                                     float *DK, size_t lddk, float *DV, size_t lddv,
-                                     const float *lse, size_t ldl, size_t n, size_t nk, size_t d,
-                                     size_t dv, float s, int causal, size_t i0, size_t kb0,
-                                     size_t kb1, int what, float *ws)
+static size_t favor__softmax_bwd_kp(size_t nk)
+{
+    size_t kp = nk / FAVOR__SBP + (nk % FAVOR__SBP != 0);
+    kp = (kp + FAVOR__BK - 1) / FAVOR__BK * FAVOR__BK;
+    return kp > 8 * FAVOR__BK ? kp : 8 * FAVOR__BK;
+}
+
+/* The keys query rows [i0, i0 + nq) see: [0, the return) */
+static size_t favor__softmax_bwd_kend(size_t n, size_t nk, int causal, size_t i0)
+{
+    size_t nq = n - i0 < FAVOR__BQ ? n - i0 : FAVOR__BQ;
+    return causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
+}
+
+/* Query rows [i0, i0 + BQ) of one query head, into ws (favor__softmax_bwd_floats):
+ * Qt, Gt (lanes without a row zero), D_r = dout_r . out_r, and L, each lane's lse
+ * (read from lse, ldl apart, or computed over the keys the rows see); +inf in a
+ * lane without a row or without a key, so that its P is 0. */
+static void favor__softmax_bwd_rows(const float *Q, size_t ldq, const float *K, size_t ldk,
+                                    const float *O, size_t ldo, const float *G, size_t ldg,
+                                    const float *lse, size_t ldl, size_t n, size_t nk, size_t d,
+                                    size_t dv, float s, int causal, size_t i0, float *ws)
 {
     const size_t BQ = FAVOR__BQ, BK = FAVOR__BK;
-    float *Qt = ws, *Gt = Qt + d * BQ, *St = Gt + dv * BQ, *dPt = St + BK * BQ;
-    float *m = dPt + BK * BQ, *mc = m + BQ, *alpha = mc + BQ, *tmp = alpha + BQ;
+    float *Qt = ws, *Gt = Qt + d * BQ, *St = Gt + dv * BQ;
+    float *m = St + 2 * BK * BQ, *mc = m + BQ, *alpha = mc + BQ, *tmp = alpha + BQ;
     float *L = tmp + BQ, *D = L + BQ;
-    size_t j0, r, c;
-    size_t nq = n - i0 < BQ ? n - i0 : BQ;
-    size_t kend = causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
+    size_t r, c, nq = n - i0 < BQ ? n - i0 : BQ;
     favor__softmax_qt(Q + i0 * ldq, ldq, nq, d, s, Qt);
-    if (lse) { /* (read before dq's rows are zeroed: they may hold it) */
+    if (lse) {
         for (r = 0; r < nq; ++r) L[r] = lse[(i0 + r) * ldl];
     } else {
-        favor__softmax_bwd_lse(Qt, K, ldk, n, nk, d, causal, i0, nq, kend, St, m, alpha, mc, tmp, L);
+        favor__softmax_bwd_lse(Qt, K, ldk, n, nk, d, causal, i0, nq,
+                               favor__softmax_bwd_kend(n, nk, causal, i0), St, m, alpha, mc,
+                               tmp, L);
     }
-    if (what & FAVOR__DQ)
-        for (r = 0; r < nq; ++r) memset(DQ + (i0 + r) * lddq, 0, d * sizeof(float));
-    if (kend > kb1) kend = kb1;
-    for (r = 0; r < BQ; ++r) /* P = 0 in a lane without a row or without a key */
+    for (r = 0; r < BQ; ++r)
         if (r >= nq || L[r] == -INFINITY) L[r] = INFINITY;
     favor__transpose(nq, dv, G + i0 * ldg, ldg, Gt, BQ);
     for (c = 0; c < dv; ++c)
         for (r = nq; r < BQ; ++r) Gt[c * BQ + r] = 0.0f;
     for (r = 0; r < BQ; ++r)
         D[r] = r < nq ? favor__dot(G + (i0 + r) * ldg, O + (i0 + r) * ldo, dv) : 0.0f;
+}
+
+/* The rows of favor__softmax_bwd_rows (in ws) against the key tiles from kb0 (a
+ * multiple of BK, below the keys the rows see) to kb1 of their key/value head:
+ * adds to dK and dV rows [kb0, kb1), and writes the rows' dQ over these keys to
+ * DQP (ldp apart) */
+static void favor__softmax_bwd_keys(const float *Q, size_t ldq, const float *K, size_t ldk,
+                                    const float *V, size_t ldv, const float *G, size_t ldg,
+                                    float *DQP, size_t ldp, float *DK, size_t lddk, float *DV,
+                                    size_t lddv, size_t n, size_t nk, size_t d, size_t dv, float s,
+                                    int causal, size_t i0, size_t kb0, size_t kb1, float *ws)
+{
+    const size_t BQ = FAVOR__BQ, BK = FAVOR__BK;
+    float *Gt = ws + d * BQ, *St = Gt + dv * BQ, *dPt = St + BK * BQ;
+    float *L = dPt + BK * BQ + 4 * BQ, *D = L + BQ;
+    size_t j0, r, nq = n - i0 < BQ ? n - i0 : BQ;
+    size_t kend = favor__softmax_bwd_kend(n, nk, causal, i0);
+    for (r = 0; r < nq; ++r) memset(DQP + r * ldp, 0, d * sizeof(float));
+    if (kend > kb1) kend = kb1;
     for (j0 = kb0; j0 < kend; j0 += BK) {
         size_t j, nb = kend - j0 < BK ? kend - j0 : BK;
-        favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
+        favor__softmax_scores(K + j0 * ldk, ldk, ws, St, nb, d, j0, i0, n, nk, causal);
         for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, L, BQ); /* P^T */
         favor__gemm(nb, BQ, dv, V + j0 * ldv, ldv, 1, Gt, BQ, dPt, BQ, 0);
         for (j = 0; j < nb; ++j) favor__dsoftmax(dPt + j * BQ, St + j * BQ, D, s, BQ);
         if (causal) { /* query row r and key j0 + j meet only when r sees the key */
             ptrdiff_t rows = favor__causal_base(i0 + 1 + nk, n + j0);
             ptrdiff_t keys = favor__causal_base(j0 + n, nk + i0);
-            if (what & FAVOR__DKV)
-                favor__gemm_stair(nb, dv, nq, 1, keys, St, BQ, 1, G + i0 * ldg, ldg,
-                                  DV + j0 * lddv, lddv);
-            if (what & FAVOR__DQ)
-                favor__gemm_stair(nq, d, nb, 0, rows, dPt, 1, BQ, K + j0 * ldk, ldk,
-                                  DQ + i0 * lddq, lddq);
-            if (what & FAVOR__DKV)
-                favor__gemm_stair(nb, d, nq, 1, keys, dPt, BQ, 1, Q + i0 * ldq, ldq,
-                                  DK + j0 * lddk, lddk);
+            favor__gemm_stair(nb, dv, nq, 1, keys, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv,
+                              lddv);
+            favor__gemm_stair(nq, d, nb, 0, rows, dPt, 1, BQ, K + j0 * ldk, ldk, DQP, ldp);
+            favor__gemm_stair(nb, d, nq, 1, keys, dPt, BQ, 1, Q + i0 * ldq, ldq, DK + j0 * lddk,
+                              lddk);
         } else {
-            if (what & FAVOR__DKV)
-                favor__gemm(nb, dv, nq, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv, lddv, 1);
-            if (what & FAVOR__DQ)
-                favor__gemm(nq, d, nb, dPt, 1, BQ, K + j0 * ldk, ldk, DQ + i0 * lddq, lddq, 1);
-            if (what & FAVOR__DKV)
-                favor__gemm(nb, d, nq, dPt, BQ, 1, Q + i0 * ldq, ldq, DK + j0 * lddk, lddk, 1);
+            favor__gemm(nb, dv, nq, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv, lddv, 1);
+            favor__gemm(nq, d, nb, dPt, 1, BQ, K + j0 * ldk, ldk, DQP, ldp, 1);
+            favor__gemm(nb, d, nq, dPt, BQ, 1, Q + i0 * ldq, ldq, DK + j0 * lddk, lddk, 1);
         }
     }
 }
@@ -4470,22 +4501,42 @@ typedef struct {
     int causal;
 } favor__sbp;
 
-/* block i0 of query head t of the group x (flat query head h), key tiles
- * [kb0, kb1) */
-static void favor__sbv_block(const favor__sbv *x, const favor__sbp *bp, size_t t, size_t h,
-                             size_t i0, size_t kb0, size_t kb1, int what, float *ws)
+/* favor__softmax_bwd_rows for block i0 of query head t of the group x (flat query
+ * head h) */
+static void favor__sbv_rows(const favor__sbv *x, const favor__sbp *bp, size_t t, size_t h,
+                            size_t i0, float *ws)
 {
     const favor__shape *sh = bp->sh;
-    favor__softmax_bwd_block(
+    const float *DQ = (const float *)x->DQ.data + t * x->DQ.head_stride;
+    favor__softmax_bwd_rows((const float *)x->Q.data + t * x->Q.head_stride, x->Q.row_stride,
+                            (const float *)x->K.data, x->K.row_stride,
+                            (const float *)x->O.data + t * x->O.head_stride, x->O.row_stride,
+                            (const float *)x->G.data + t * x->G.head_stride, x->G.row_stride,
+                            bp->lse ? bp->lse + h * sh->n : bp->in_dq ? DQ : NULL,
+                            bp->lse ? 1 : x->DQ.row_stride, sh->n, sh->nk, sh->d, sh->dv, bp->s,
+                            bp->causal, i0, ws);
+}
+
+/* favor__softmax_bwd_keys for block i0 of query head t of the group x, the key
+ * part from kb0, its dQ into P (d apart) */
+static void favor__sbv_keys(const favor__sbv *x, const favor__sbp *bp, size_t t, size_t i0,
+                            size_t kb0, float *P, float *ws)
+{
+    const favor__shape *sh = bp->sh;
+    size_t kb1 = favor__softmax_bwd_kp(sh->nk);
+    kb1 = sh->nk - kb0 < kb1 ? sh->nk : kb0 + kb1;
+    favor__softmax_bwd_keys(
         (const float *)x->Q.data + t * x->Q.head_stride, x->Q.row_stride,
         (const float *)x->K.data, x->K.row_stride, (const float *)x->V.data, x->V.row_stride,
-        (const float *)x->O.data + t * x->O.head_stride, x->O.row_stride,
-        (const float *)x->G.data + t * x->G.head_stride, x->G.row_stride,
-        (float *)x->DQ.data + t * x->DQ.head_stride, x->DQ.row_stride, (float *)x->GK.data,
-        x->GK.row_stride, (float *)x->GV.data, x->GV.row_stride,
-        bp->lse ? bp->lse + h * sh->n : bp->in_dq ? (float *)x->DQ.data + t * x->DQ.head_stride : NULL,
-        bp->lse ? 1 : x->DQ.row_stride, sh->n, sh->nk, sh->d, sh->dv, bp->s, bp->causal, i0, kb0,
-        kb1, what, ws);
+        (const float *)x->G.data + t * x->G.head_stride, x->G.row_stride, P, sh->d,
+        (float *)x->GK.data, x->GK.row_stride, (float *)x->GV.data, x->GV.row_stride, sh->n,
+        sh->nk, sh->d, sh->dv, bp->s, bp->causal, i0, kb0, kb1, ws);
+}
+
+/* row r of block i0 of query head t's dQ in the group x */
+static float *favor__sbv_dq(const favor__sbv *x, size_t t, size_t i0, size_t r)
+{
+    return (float *)x->DQ.data + t * x->DQ.head_stride + (i0 + r) * x->DQ.row_stride;
 }
 
 /* zero key rows [j0, j1) of dK and dV */
@@ -4498,7 +4549,9 @@ static void favor__sbv_zero_keys(const favor__sbv *x, const favor__shape *sh, si
     }
 }
 
-/* key/value head hk of a softmax backward, on fp32 views of its rows */
+/* key/value head hk of a softmax backward, on fp32 views of its rows: each query
+ * block against each key part in turn, its dQ partial (in the tail of ws) added as
+ * it comes */
 static void favor__softmax_bwd_head(const favor_tensor *q, const favor_tensor *k,
                                     const favor_tensor *v, const favor_tensor *out,
                                     const favor_tensor *dout, const favor_tensor *dq,
@@ -4506,39 +4559,48 @@ static void favor__softmax_bwd_head(const favor_tensor *q, const favor_tensor *k
                                     const favor__sbp *bp, size_t hk, float *ws)
 {
     const favor__shape *sh = bp->sh;
-    size_t grp = sh->hq / sh->hkv, t, i0;
+    size_t grp = sh->hq / sh->hkv, kp = favor__softmax_bwd_kp(sh->nk), t, i0, j0, r;
+    size_t tiles = favor__softmax_bwd_floats(sh->d, sh->dv);
+    float *P = ws + tiles - sh->d * FAVOR__BQ;
     favor__sbv x;
-    favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, hk, 1,
-                    ws + favor__softmax_bwd_floats(sh->d, sh->dv));
+    favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, hk, 1, ws + tiles);
     favor__sbv_zero_keys(&x, sh, 0, sh->nk);
     for (t = 0; t < grp; ++t)
-        for (i0 = 0; i0 < sh->n; i0 += FAVOR__BQ)
-            favor__sbv_block(&x, bp, t, hk * grp + t, i0, 0, sh->nk, FAVOR__DQ | FAVOR__DKV, ws);
+        for (i0 = 0; i0 < sh->n; i0 += FAVOR__BQ) {
+            size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ;
+            size_t kend = favor__softmax_bwd_kend(sh->n, sh->nk, bp->causal, i0);
+            favor__sbv_rows(&x, bp, t, hk * grp + t, i0, ws);
+            for (r = 0; r < nq; ++r) memset(favor__sbv_dq(&x, t, i0, r), 0, sh->d * sizeof(float));
+            for (j0 = 0; j0 < kend; j0 += kp) {
+                favor__sbv_keys(&x, bp, t, i0, j0, P, ws);
+                for (r = 0; r < nq; ++r) favor__vadd(favor__sbv_dq(&x, t, i0, r), P + r * sh->d, sh->d);
+            }
+        }
     favor__unstage(dq, hk * grp, &x.DQ);
     favor__unstage(dk, hk, &x.GK);
     favor__unstage(dv, hk, &x.GV);
 }
 
 /* 1 when a softmax backward on nt threads splits its heads: when whole heads
- * would keep the threads busy less than 70% of the time (the split's passes
- * cost about 1.4 times the one-head pass) */
+ * would keep the threads busy less than 80% of the time */
 static int favor__softmax_bwd_split(size_t hkv, size_t nt)
 {
-    return nt > 1 && 10 * hkv < 7 * nt * ((hkv + nt - 1) / nt);
+    return nt > 1 && 5 * hkv < 4 * nt * ((hkv + nt - 1) / nt);
 }
 
 /* Floats of a softmax backward's workspace on nt threads: nt slices of *slice
  * floats (the tiles; with the staging of a head when not split); split: the
- * staging of every head (*stg each) at *stage_at. The queries see q, k and v
- * only: any16 counts staging for every tensor. */
+ * staging of every head (*stg each) at *stage_at, then FAVOR__SBP dQ partials of
+ * a query block per key/value head at *part_at. The queries see q, k and v only:
+ * any16 counts staging for every tensor. */
 static size_t favor__softmax_bwd_plan(const favor_tensor *q, const favor_tensor *k,
                                       const favor_tensor *v, const favor_tensor *out,
                                       const favor_tensor *dout, const favor_tensor *dq,
                                       const favor_tensor *dk, const favor_tensor *dv,
                                       int any16, size_t nt, int *split, size_t *slice,
-                                      size_t *stg, size_t *stage_at)
+                                      size_t *stg, size_t *stage_at, size_t *part_at)
 {
-    size_t hkv = favor__nheads(k), all, t;
+    size_t hkv = favor__nheads(k), all, t, p;
     *split = favor__softmax_bwd_split(hkv, nt);
     if (!*split) {
         all = favor__softmax_bwd_call_floats(q, k, v, out, dout, dq, dk, dv, any16);
@@ -4546,10 +4608,13 @@ static size_t favor__softmax_bwd_plan(const favor_tensor *q, const favor_tensor 
     }
     *stg = favor__bwd_stage_floats(q, k, v, out, dout, dq, dk, dv, any16);
     if (!(all = favor__slices(favor__softmax_bwd_floats(q->cols, v->cols), nt, slice)) ||
-        *stg == SIZE_MAX || !favor__mul_ok(*stg, hkv, &t))
+        *stg == SIZE_MAX || !favor__mul_ok(*stg, hkv, &t) ||
+        !favor__mul_ok(q->cols, FAVOR__SBP * FAVOR__BQ, &p) || !favor__mul_ok(p, hkv, &p))
         return 0;
     *stage_at = all;
     if (!favor__add_ok(all, t, &all)) return 0;
+    *part_at = all;
+    if (!favor__add_ok(all, p, &all)) return 0;
     return all <= SIZE_MAX / sizeof(float) ? all : 0;
 }
 
@@ -4558,36 +4623,35 @@ FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *
                                                             const favor_tensor *v,
                                                             const favor_options *opts)
 {
-    size_t slice, stg, stage_at;
+    size_t slice, stg, stage_at, part_at;
     int split;
     if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
     return favor__ws_bytes(favor__softmax_bwd_plan(q, k, v, q, q, q, k, v, favor__any16(q, k, v),
                                                    favor__nthreads(opts), &split, &slice, &stg,
-                                                   &stage_at));
+                                                   &stage_at, &part_at));
 }
 
 /* The split softmax backward (see 4.12): widen every head's 16-bit inputs; the
- * lse when not given; pass A over key parts of kp rows; pass B over query
- * blocks, the longest first; round the gradients into 16-bit outputs. */
+ * lse when not given; zero dK, dV; then query block by query block (the one-head
+ * pass's order), the key parts of every key/value head in parallel, each adding
+ * to its dK, dV rows and writing its dQ partial into part (FAVOR__SBP per head),
+ * then the block's dQ rows as the sum of the partials in part order; round the
+ * gradients into 16-bit outputs. */
 static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tensor *k,
                                          const favor_tensor *v, const favor_tensor *out,
                                          const favor_tensor *dout, const favor_tensor *dq,
                                          const favor_tensor *dk, const favor_tensor *dv,
                                          favor__sbp *bp, float *ws, size_t slice, float *stage,
-                                         size_t stg, size_t nt)
+                                         size_t stg, float *part, size_t nt)
 {
     const favor__shape *sh = bp->sh;
-    size_t grp = sh->hq / sh->hkv, blocks = (sh->n + FAVOR__BQ - 1) / FAVOR__BQ, kp, parts;
-    size_t want = (4 * nt + sh->hkv - 1) / sh->hkv;
+    size_t grp = sh->hq / sh->hkv, blocks = (sh->n + FAVOR__BQ - 1) / FAVOR__BQ;
+    size_t kp = favor__softmax_bwd_kp(sh->nk), parts = (sh->nk + kp - 1) / kp;
+    size_t pf = FAVOR__BQ * sh->d; /* floats of a partial */
     int any16 = q->dtype != FAVOR_F32 || k->dtype != FAVOR_F32 || v->dtype != FAVOR_F32 ||
                 out->dtype != FAVOR_F32 || dout->dtype != FAVOR_F32 ||
                 dq->dtype != FAVOR_F32 || dk->dtype != FAVOR_F32 || dv->dtype != FAVOR_F32;
     long it;
-    /* key parts: about 4 per thread in all, whole tiles, at most 8 tiles */
-    kp = (sh->nk + want - 1) / want;
-    kp = (kp + FAVOR__BK - 1) / FAVOR__BK * FAVOR__BK;
-    if (kp > 8 * FAVOR__BK) kp = 8 * FAVOR__BK;
-    parts = (sh->nk + kp - 1) / kp;
     bp->in_dq = !bp->lse; /* the first loops fill it, the passes read it */
     (void)nt;
 #ifdef _OPENMP
@@ -4596,6 +4660,7 @@ static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tens
     {
         float *mine = ws + FAVOR__TID() * slice;
         favor__sbv x;
+        size_t step;
         if (any16) {
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
@@ -4611,7 +4676,6 @@ static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tens
             for (it = 0; it < (long)(sh->hq * blocks); ++it) {
                 size_t h = (size_t)it / blocks, i0 = ((size_t)it % blocks) * FAVOR__BQ;
                 size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ, t = h % grp, r;
-                size_t kend = bp->causal ? favor__visible(i0 + nq - 1, sh->n, sh->nk) : sh->nk;
                 const float *Qh;
                 float *St = mine + (sh->d + sh->dv) * FAVOR__BQ, *m = St + 2 * FAVOR__BK * FAVOR__BQ;
                 favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, h / grp, 0,
@@ -4619,36 +4683,46 @@ static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tens
                 Qh = (const float *)x.Q.data + t * x.Q.head_stride;
                 favor__softmax_qt(Qh + i0 * x.Q.row_stride, x.Q.row_stride, nq, sh->d, bp->s, mine);
                 favor__softmax_bwd_lse(mine, (const float *)x.K.data, x.K.row_stride, sh->n, sh->nk,
-                                       sh->d, bp->causal, i0, nq, kend, St, m, m + FAVOR__BQ,
-                                       m + 2 * FAVOR__BQ, m + 3 * FAVOR__BQ, m + 4 * FAVOR__BQ);
-                for (r = 0; r < nq; ++r)
-                    ((float *)x.DQ.data + t * x.DQ.head_stride)[(i0 + r) * x.DQ.row_stride] =
-                        m[4 * FAVOR__BQ + r];
+                                       sh->d, bp->causal, i0, nq,
+                                       favor__softmax_bwd_kend(sh->n, sh->nk, bp->causal, i0), St,
+                                       m, m + FAVOR__BQ, m + 2 * FAVOR__BQ, m + 3 * FAVOR__BQ,
+                                       m + 4 * FAVOR__BQ);
+                for (r = 0; r < nq; ++r) favor__sbv_dq(&x, t, i0, r)[0] = m[4 * FAVOR__BQ + r];
             }
         }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (it = 0; it < (long)(sh->hkv * parts); ++it) { /* pass A: dK, dV */
-            size_t g = (size_t)it / parts, j0 = ((size_t)it % parts) * kp, t, i0;
-            size_t j1 = sh->nk - j0 < kp ? sh->nk : j0 + kp;
+        for (it = 0; it < (long)(sh->hkv * parts); ++it) {
+            size_t g = (size_t)it / parts, j0 = ((size_t)it % parts) * kp;
             favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
-            favor__sbv_zero_keys(&x, sh, j0, j1);
-            for (t = 0; t < grp; ++t)
-                for (i0 = 0; i0 < sh->n; i0 += FAVOR__BQ) {
-                    size_t last = (sh->n - i0 < FAVOR__BQ ? sh->n : i0 + FAVOR__BQ) - 1;
-                    if (bp->causal && favor__visible(last, sh->n, sh->nk) <= j0) continue;
-                    favor__sbv_block(&x, bp, t, g * grp + t, i0, j0, j1, FAVOR__DKV, mine);
-                }
+            favor__sbv_zero_keys(&x, sh, j0, sh->nk - j0 < kp ? sh->nk : j0 + kp);
         }
+        for (step = 0; step < grp * blocks; ++step) { /* every thread, in step */
+            size_t t = step / blocks, i0 = (step % blocks) * FAVOR__BQ;
+            size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ;
+            size_t np = (favor__softmax_bwd_kend(sh->n, sh->nk, bp->causal, i0) + kp - 1) / kp;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (it = 0; it < (long)(sh->hq * blocks); ++it) { /* pass B: dQ, long rows first */
-            size_t h = (size_t)it % sh->hq, i0 = (blocks - 1 - (size_t)it / sh->hq) * FAVOR__BQ;
-            favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, h / grp, 0,
-                            stage + (h / grp) * stg);
-            favor__sbv_block(&x, bp, h % grp, h, i0, 0, sh->nk, FAVOR__DQ, mine);
+            for (it = 0; it < (long)(sh->hkv * np); ++it) {
+                size_t g = (size_t)it / np, p = (size_t)it % np;
+                favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+                favor__sbv_rows(&x, bp, t, g * grp + t, i0, mine);
+                favor__sbv_keys(&x, bp, t, i0, p * kp, part + (g * FAVOR__SBP + p) * pf, mine);
+            }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (it = 0; it < (long)(sh->hkv * nq); ++it) {
+                size_t g = (size_t)it / nq, r = (size_t)it % nq, p;
+                float *row;
+                favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
+                row = favor__sbv_dq(&x, t, i0, r);
+                memset(row, 0, sh->d * sizeof(float));
+                for (p = 0; p < np; ++p)
+                    favor__vadd(row, part + (g * FAVOR__SBP + p) * pf + r * sh->d, sh->d);
+            }
         }
         if (any16) {
 #ifdef _OPENMP
@@ -4677,7 +4751,7 @@ FAVOR_API favor_status favor_softmax_attention_backward(
     void *owned;
     long g;
     int split;
-    size_t floats, nt, slice, stg = 0, stage_at = 0;
+    size_t floats, nt, slice, stg = 0, stage_at = 0, part_at = 0;
     favor__why w = favor__why_of(opts);
     if ((st = favor__check_backward(q, k, v, out, dout, dq, dk, dv, 1, &sh, &w)) != FAVOR_OK)
         return st;
@@ -4685,7 +4759,7 @@ FAVOR_API favor_status favor_softmax_attention_backward(
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
     if (!(floats = favor__softmax_bwd_plan(q, k, v, out, dout, dq, dk, dv, 0, nt, &split, &slice,
-                                           &stg, &stage_at)))
+                                           &stg, &stage_at, &part_at)))
         return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     bp.sh = &sh;
@@ -4695,7 +4769,7 @@ FAVOR_API favor_status favor_softmax_attention_backward(
     bp.causal = opts && (opts->flags & FAVOR_CAUSAL);
     if (split) {
         favor__softmax_bwd_split_run(q, k, v, out, dout, dq, dk, dv, &bp, ws, slice,
-                                     ws + stage_at, stg, nt);
+                                     ws + stage_at, stg, ws + part_at, nt);
     } else {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
