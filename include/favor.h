@@ -4523,14 +4523,12 @@ static void favor__sbv_keys(const favor__sbv *x, const favor__sbp *bp, size_t t,
                             size_t kb0, float *P, float *ws)
 {
     const favor__shape *sh = bp->sh;
-    size_t kb1 = favor__softmax_bwd_kp(sh->nk);
-    kb1 = sh->nk - kb0 < kb1 ? sh->nk : kb0 + kb1;
     favor__softmax_bwd_keys(
         (const float *)x->Q.data + t * x->Q.head_stride, x->Q.row_stride,
         (const float *)x->K.data, x->K.row_stride, (const float *)x->V.data, x->V.row_stride,
         (const float *)x->G.data + t * x->G.head_stride, x->G.row_stride, P, sh->d,
         (float *)x->GK.data, x->GK.row_stride, (float *)x->GV.data, x->GV.row_stride, sh->n,
-        sh->nk, sh->d, sh->dv, bp->s, bp->causal, i0, kb0, kb1, ws);
+        sh->nk, sh->d, sh->dv, bp->s, bp->causal, i0, kb0, kb0 + favor__softmax_bwd_kp(sh->nk), ws);
 }
 
 /* row r of block i0 of query head t's dQ in the group x */
@@ -4670,24 +4668,20 @@ static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tens
                                 stage + (size_t)it * stg);
         }
         if (bp->in_dq) { /* the lse of every row, into column 0 of its dq row */
+            favor__sbp own = *bp;
+            const float *L = /* where favor__softmax_bwd_rows leaves L */
+                mine + (sh->d + sh->dv) * FAVOR__BQ + 2 * FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ;
+            own.in_dq = 0; /* computed, not read */
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
             for (it = 0; it < (long)(sh->hq * blocks); ++it) {
                 size_t h = (size_t)it / blocks, i0 = ((size_t)it % blocks) * FAVOR__BQ;
-                size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ, t = h % grp, r;
-                const float *Qh;
-                float *St = mine + (sh->d + sh->dv) * FAVOR__BQ, *m = St + 2 * FAVOR__BK * FAVOR__BQ;
+                size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ, r;
                 favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, h / grp, 0,
                                 stage + (h / grp) * stg);
-                Qh = (const float *)x.Q.data + t * x.Q.head_stride;
-                favor__softmax_qt(Qh + i0 * x.Q.row_stride, x.Q.row_stride, nq, sh->d, bp->s, mine);
-                favor__softmax_bwd_lse(mine, (const float *)x.K.data, x.K.row_stride, sh->n, sh->nk,
-                                       sh->d, bp->causal, i0, nq,
-                                       favor__softmax_bwd_kend(sh->n, sh->nk, bp->causal, i0), St,
-                                       m, m + FAVOR__BQ, m + 2 * FAVOR__BQ, m + 3 * FAVOR__BQ,
-                                       m + 4 * FAVOR__BQ);
-                for (r = 0; r < nq; ++r) favor__sbv_dq(&x, t, i0, r)[0] = m[4 * FAVOR__BQ + r];
+                favor__sbv_rows(&x, &own, h % grp, h, i0, mine);
+                for (r = 0; r < nq; ++r) favor__sbv_dq(&x, h % grp, i0, r)[0] = L[r];
             }
         }
 #ifdef _OPENMP
