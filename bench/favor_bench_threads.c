@@ -11,7 +11,23 @@
  *     machine falls on both alike, and the speed-up t1 / t2. R is --runs (5);
  *     fewer, but never below 3, when R pairs of calls would take more than
  *     --budget seconds (the mqa softmax rows, seconds per call); more, up to 41,
- *     when a pair takes under a few milliseconds;
+ *     while R pairs take under 2 s (calls of up to about 0.2 s, whose medians
+ *     would otherwise move with the VM's slow spells);
+ *   - the machine's own limit for each call on two cores: in the same rounds,
+ *     two 1-thread calls run at once, one per thread of a 2-thread region (they
+ *     share only their inputs: no split, no barrier), and twin2 = 2 t1 / their
+ *     wall time, the median over the rounds: about the most a split call can
+ *     reach (2 only where the two cores do not slow each other down through
+ *     shared caches and memory, or the host). Their outputs are compared with
+ *     the 1-thread call's too;
+ *   - why a 2-thread call is not twice as fast, from the CPU clocks of its two
+ *     threads (read as for the balance below): busy2 = their CPU time / (2 t2),
+ *     the share of the call both threads spent working (1 - busy2: waiting at
+ *     barriers or for the last item), and cpu2x = that CPU time / the CPU time
+ *     of the 1-thread call of the same pair: above 1, the same work took longer
+ *     on two cores at once than on one (the split adds no work for the linear
+ *     methods; the machine's shared caches and memory, or its host, slow each
+ *     thread). t1/t2 is about 2 busy2 / cpu2x. Medians over the R pairs;
  *   - the work balance of a call at threads = 16: every thread of a
  *     `#pragma omp parallel num_threads(16)` region reads its CPU clock
  *     (CLOCK_THREAD_CPUTIME_ID) just before and just after the call, which runs
@@ -37,9 +53,8 @@
  *     bit-identical results for any thread count); the exit status is 1 when one
  *     differs or a call fails. Whether the per-element calls give the batched
  *     call's bits is shown too, for information only.
- * Before the table (not with --quick) it measures the machine's own 2-thread
- * limits: 2 threads each reading its own 64 MB array, and each running
- * multiply-add chains in registers, against 1 thread (machine_reference).
+ * Before the table (not with --quick) it measures what 2 threads each reading
+ * its own 64 MB array get against 1 thread (machine_reference).
  * Inputs: N(0, 0.5^2) floats from splitmix64 and Box-Muller with a fixed seed.
  * The softmax backward reads the log-sum-exp of an untimed forward call
  * (favor_options.lse) and that call's output.
@@ -67,7 +82,7 @@
 #define PROG "favor_bench_threads"
 #define MIN_RUNS 3        /* the budget never cuts the timed calls below this */
 #define MAX_RUNS 41       /* short calls are repeated up to this many times    */
-#define FAST_SECONDS 0.5  /* ... while R pairs take less than this             */
+#define FAST_SECONDS 2.0  /* ... while R pairs take less than this             */
 #define BALANCE_CALLS 3   /* calls of the balance measurement (median)         */
 #define MAX_WIDE 256      /* most threads --wide accepts                        */
 
@@ -78,9 +93,9 @@ static const char *const shape_names[S_COUNT] = {"mqa", "batched"};
 static const char *const pass_names[2] = {"fwd", "bwd"};
 static const char *const causal_names[2] = {"0", "1"};
 
-/* Output buffer sets: the 1-thread calls', the 2- and 16-thread calls', and the
- * per-element calls'. */
-enum { SET_1, SET_N, SET_E, SETS };
+/* Output buffer sets: the 1-thread calls', the 2- and 16-thread calls', the
+ * per-element calls', and the second of two 1-thread calls run at once. */
+enum { SET_1, SET_N, SET_E, SET_T, SETS };
 
 /* ------------------------------------------------------------------------- */
 /* Small utilities                                                            */
@@ -125,13 +140,12 @@ static double median(double *x, int n)
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-/* The machine's own 2-thread limits, measured in the same run (not with
- * --quick): each of T = 1 or 2 threads reads its own array of REF_FLOATS floats
- * (first touched by that thread), or runs REF_CHAINS multiply-add chains in
- * registers; median of REF_ROUNDS interleaved rounds. A 2-thread call cannot
- * beat what the two cores give two streams at once. */
+/* The machine's memory bandwidth for 2 threads, measured in the same run (not
+ * with --quick): each of T = 1 or 2 threads reads its own array of REF_FLOATS
+ * floats (first touched by that thread); median of REF_ROUNDS interleaved
+ * rounds. A call that streams its data from memory cannot scale better. (Each
+ * row's twin2 is the limit for that call itself.) */
 #define REF_FLOATS ((size_t)16 << 20) /* 64 MB per thread: beyond the caches */
-#define REF_CHAINS 32
 #define REF_ROUNDS 5
 
 #ifdef _OPENMP
@@ -148,24 +162,10 @@ static double ref_read(const float *x, size_t n)
     return t;
 }
 
-static double ref_madd(long iters)
-{
-    float a[REF_CHAINS];
-    long it;
-    int j;
-    double t = 0.0;
-    for (j = 0; j < REF_CHAINS; ++j) a[j] = (float)j;
-    for (it = 0; it < iters; ++it)
-        for (j = 0; j < REF_CHAINS; ++j) a[j] = a[j] * 0.99990f + 0.00010f;
-    for (j = 0; j < REF_CHAINS; ++j) t += a[j];
-    return t;
-}
-
 static void machine_reference(void)
 {
-    double rd[2][REF_ROUNDS], ma[2][REF_ROUNDS];
+    double rd[2][REF_ROUNDS];
     float *arr[2];
-    long iters = 4000000L;
     int r, t;
 #pragma omp parallel num_threads(2)
     {
@@ -180,18 +180,13 @@ static void machine_reference(void)
 #pragma omp parallel num_threads(t) reduction(+ : s)
             s += ref_read(arr[omp_get_thread_num()], REF_FLOATS);
             rd[t - 1][r] = now_s() - t0;
-            t0 = now_s();
-#pragma omp parallel num_threads(t) reduction(+ : s)
-            s += ref_madd(iters);
-            ma[t - 1][r] = now_s() - t0;
             ref_sink += s;
         }
     printf("machine, 2 threads at once against 1 (medians of %d): reading %lu MB each %.2fx "
-           "(1 thread %.1f GB/s), multiply-add chains %.2fx\n",
+           "(1 thread %.1f GB/s)\n",
            REF_ROUNDS, (unsigned long)(REF_FLOATS * sizeof(float) >> 20),
            2.0 * median(rd[0], REF_ROUNDS) / median(rd[1], REF_ROUNDS),
-           (double)(REF_FLOATS * sizeof(float)) / median(rd[0], REF_ROUNDS) / 1e9,
-           2.0 * median(ma[0], REF_ROUNDS) / median(ma[1], REF_ROUNDS));
+           (double)(REF_FLOATS * sizeof(float)) / median(rd[0], REF_ROUNDS) / 1e9);
     free(arr[0]);
     free(arr[1]);
 }
@@ -292,7 +287,7 @@ static void usage(FILE *to)
             "  --m M              FAVOR+ random features             default: 256\n"
             "  --runs R           timed calls per thread count after one warm-up call\n"
             "                     each (cut to no fewer than %d by --budget); without\n"
-            "                     it, 5, and up to %d for calls of a few ms\n"
+            "                     it, 5, and up to %d while they take under 2 s\n"
             "  --budget SEC       seconds the timed 1- and 2-thread calls of one row may\n"
             "                     take before R is cut; 0: no limit    default: 60\n"
             "  --wide T           threads of the balance measurement default: 16\n"
@@ -303,7 +298,7 @@ static void usage(FILE *to)
             "Environment: OMP_WAIT_POLICY=passive is needed for the balance columns\n"
             "(idle threads must sleep, not spin): when it is unset the program runs\n"
             "itself again with it set; any other value is kept, with a warning.\n"
-            "A full run takes about 10 minutes on 2 cores, most of it the mqa softmax\n"
+            "A full run takes about 13 minutes on 2 cores, most of it the mqa softmax\n"
             "rows (seconds per call).\n",
             MIN_RUNS, MAX_RUNS);
 }
@@ -428,7 +423,7 @@ typedef struct {
     size_t nq, nkv, nlse; /* floats of a q-shaped and a k-shaped tensor, of lse */
     float *q, *k, *v, *dout, *lse;
     float *out[SETS], *dq[SETS], *dk[SETS], *dv[SETS];
-    char err[256]; /* favor_options.error of the last call */
+    char err[SETS][256]; /* favor_options.error of the last call into each set */
 } bench;
 
 typedef struct {
@@ -506,9 +501,9 @@ static favor_status call_one(bench *b, const job *j, int set, int threads, long 
     float *lse = b->lse + (elem > 0 ? (size_t)elem * s->hq * s->n : 0);
     o.threads = threads;
     o.flags = j->causal ? FAVOR_CAUSAL : 0u;
-    o.error = b->err;
-    o.error_size = sizeof b->err;
-    b->err[0] = '\0';
+    o.error = b->err[set];
+    o.error_size = sizeof b->err[set];
+    b->err[set][0] = '\0';
     if (!j->backward) {
         favor_tensor O = view(b, b->out[set], s->hq, elem);
         if (j->method != M_SOFTMAX) return favor_linear_attention(j->f, &Q, &K, &V, &O, &o);
@@ -538,11 +533,12 @@ static favor_status call(bench *b, const job *j, int set, int threads, int per_e
 }
 
 static void report_failure(const bench *b, const job *j, favor_status st, const char *what,
-                           int threads)
+                           int set, int threads)
 {
+    const char *e = b->err[set];
     fprintf(stderr, PROG ": %s %s causal=%d %s (%s, threads %d): %s%s%s\n", b->s.name,
             method_names[j->method], j->causal, pass_names[j->backward], what, threads,
-            favor_status_string(st), b->err[0] ? ": " : "", b->err);
+            favor_status_string(st), e[0] ? ": " : "", e);
 }
 
 /* Wall time of one call; *fail set when it fails; *cpu (unless NULL) = the
@@ -556,9 +552,32 @@ static double timed(bench *b, const job *j, int set, int threads, int per_elem, 
     t = now_s() - t0;
     if (cpu) *cpu = thread_cpu_s() - c0;
     if (st != FAVOR_OK) {
-        report_failure(b, j, st, per_elem ? "per-element calls" : "call", threads);
+        report_failure(b, j, st, per_elem ? "per-element calls" : "call", set, threads);
         *fail = 1;
     }
+    return t;
+}
+
+/* Two 1-thread calls of j at once, one on each thread of a 2-thread region,
+ * into SET_1 and SET_T: the machine's own limit for this call on two cores, as
+ * the two share nothing but their inputs (no split, no barrier). Wall time of
+ * the pair; *fail set when one fails. Without OpenMP the two run one after the
+ * other. */
+static double twin(bench *b, const job *j, int *fail)
+{
+    favor_status st[2];
+    double t0 = now_s(), t;
+    int i;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+#endif
+    for (i = 0; i < 2; ++i) st[i] = call_one(b, j, i ? SET_T : SET_1, 1, -1, 0);
+    t = now_s() - t0;
+    for (i = 0; i < 2; ++i)
+        if (st[i] != FAVOR_OK) {
+            report_failure(b, j, st[i], "two 1-thread calls at once", i ? SET_T : SET_1, 1);
+            *fail = 1;
+        }
     return t;
 }
 
@@ -594,16 +613,16 @@ static int bracket_seen;
 #endif
 
 /* One call of j at `wide` threads into SET_N, bracketed by two parallel regions
- * of `wide` threads that read each thread's CPU clock. *cpu_sum = the CPU
- * seconds all threads spent in the call, *balance = largest / mean (-1: not
- * measured: no OpenMP, or a region got fewer threads), *replaced = threads of
- * the first region that were gone by the second (counted 0). */
-static favor_status wide_call(bench *b, const job *j, int wide, double *balance,
+ * of `wide` threads that read each thread's CPU clock. *wall = its wall time,
+ * *cpu_sum = the CPU seconds all threads spent in it, *balance = largest / mean
+ * (both -1: not measured: no OpenMP, or a region got fewer threads), *replaced =
+ * threads of the first region that were gone by the second (counted 0). */
+static favor_status wide_call(bench *b, const job *j, int wide, double *wall, double *balance,
                               double *cpu_sum, int *replaced)
 {
 #ifdef _OPENMP
     static int bracket;
-    double before[MAX_WIDE], after[MAX_WIDE], sum = 0.0, most = 0.0;
+    double before[MAX_WIDE], after[MAX_WIDE], sum = 0.0, most = 0.0, t0;
     int fresh[MAX_WIDE], team0 = 0, team1 = 0, mark, t;
     favor_status st;
     mark = ++bracket;
@@ -614,7 +633,9 @@ static favor_status wide_call(bench *b, const job *j, int wide, double *balance,
         bracket_seen = mark;
         if (id == 0) team0 = omp_get_num_threads();
     }
+    t0 = now_s();
     st = call(b, j, SET_N, wide, 0);
+    *wall = now_s() - t0;
 #pragma omp parallel num_threads(wide)
     {
         int id = omp_get_thread_num();
@@ -637,10 +658,13 @@ static favor_status wide_call(bench *b, const job *j, int wide, double *balance,
     if (sum > 0) *balance = most / (sum / wide);
     return FAVOR_OK;
 #else
+    double t0 = now_s();
+    favor_status st = call(b, j, SET_N, wide, 0);
+    *wall = now_s() - t0;
     *balance = -1.0;
     *cpu_sum = -1.0;
     *replaced = 0;
-    return call(b, j, SET_N, wide, 0);
+    return st;
 #endif
 }
 
@@ -652,6 +676,9 @@ typedef struct {
     int failed, runs, ident, ident2, identw, ident_elem, replaced;
     double t1, t2, te, balance, work; /* < 0: not measured */
     double t1cpu, work_cpu; /* CPU time of the 1-thread call; work over that */
+    double busy2, work2;    /* the 2-thread calls: CPU / (2 t2), CPU / t1cpu */
+    double twin2;           /* 2 t1 / the wall time of two 1-thread calls at once */
+    int ident_twin;         /* the second of those gave the 1-thread bits */
 } result;
 
 /* R: --runs, cut by the budget (never below MIN_RUNS) or raised for short
@@ -676,11 +703,12 @@ static int choose_runs(const config *c, double pair)
 static void run_row(bench *b, const config *c, const job *j, result *res)
 {
     int batched = b->s.batch > 1, i, r, fail = 0, nbal = c->quick ? 1 : BALANCE_CALLS;
-    double *t1, *t2, *te, *c1, bal[BALANCE_CALLS], work[BALANCE_CALLS];
+    double *t1, *t2, *te, *c1, *c2, *u2, *tt, bal[BALANCE_CALLS], work[BALANCE_CALLS], wall;
     favor_status st;
 
     memset(res, 0, sizeof *res);
     res->t1 = res->t2 = res->te = res->balance = res->work = res->t1cpu = res->work_cpu = -1.0;
+    res->busy2 = res->work2 = res->twin2 = -1.0;
     res->ident_elem = -1;
     res->failed = 1;
 
@@ -689,12 +717,13 @@ static void run_row(bench *b, const config *c, const job *j, result *res)
         job fwd = *j;
         fwd.backward = 0;
         if ((st = call_one(b, &fwd, SET_1, 2, -1, 1)) != FAVOR_OK) {
-            report_failure(b, &fwd, st, "forward for lse", 2);
+            report_failure(b, &fwd, st, "forward for lse", SET_1, 2);
             return;
         }
     }
     poison(b, j, SET_1);
     poison(b, j, SET_N);
+    poison(b, j, SET_T);
     if (batched) poison(b, j, SET_E);
 
     /* warm-up: one call of each kind, also the cost of a pair */
@@ -703,12 +732,13 @@ static void run_row(bench *b, const config *c, const job *j, result *res)
         if (!c->quick) {
             pair += timed(b, j, SET_1, 1, 0, &fail, NULL);
             pair += timed(b, j, SET_N, 2, 0, &fail, NULL);
+            pair += twin(b, j, &fail);
             if (batched) pair += timed(b, j, SET_E, 1, 1, &fail, NULL);
             if (fail) return;
         }
         r = choose_runs(c, pair);
     }
-    t1 = (double *)malloc(4 * (size_t)r * sizeof(double));
+    t1 = (double *)malloc(7 * (size_t)r * sizeof(double));
     if (!t1) {
         fprintf(stderr, PROG ": out of memory\n");
         exit(2);
@@ -716,10 +746,19 @@ static void run_row(bench *b, const config *c, const job *j, result *res)
     t2 = t1 + r;
     te = t2 + r;
     c1 = te + r;
+    c2 = c1 + r;
+    u2 = c2 + r;
+    tt = u2 + r;
     for (i = 0; i < r && !fail; ++i) {
+        double unused;
+        int replaced;
         t1[i] = timed(b, j, SET_1, 1, 0, &fail, &c1[i]);
-        t2[i] = timed(b, j, SET_N, 2, 0, &fail, NULL);
-        if (batched) te[i] = timed(b, j, SET_E, 1, 1, &fail, NULL);
+        if (!fail && (st = wide_call(b, j, 2, &t2[i], &unused, &c2[i], &replaced)) != FAVOR_OK) {
+            report_failure(b, j, st, "call", SET_N, 2);
+            fail = 1;
+        }
+        if (!fail) tt[i] = twin(b, j, &fail);
+        if (batched && !fail) te[i] = timed(b, j, SET_E, 1, 1, &fail, NULL);
     }
     if (fail) {
         free(t1);
@@ -727,7 +766,22 @@ static void run_row(bench *b, const config *c, const job *j, result *res)
     }
     res->runs = r;
     res->ident2 = same_bits(b, j, SET_1, SET_N);
+    res->ident_twin = same_bits(b, j, SET_1, SET_T);
     if (batched) res->ident_elem = same_bits(b, j, SET_1, SET_E);
+    /* the 2-thread calls' CPU time, call by call (before median() sorts the
+     * times): over twice their wall time (how busy the 2 threads were), and over
+     * the 1-thread call of the pair (how much more CPU time the same work took on
+     * two cores) */
+    for (i = 0; i < r && c2[i] > 0 && t2[i] > 0 && c1[i] > 0; ++i) {
+        u2[i] = c2[i] / (2.0 * t2[i]);
+        c2[i] /= c1[i];
+    }
+    if (i == r) {
+        res->busy2 = median(u2, r);
+        res->work2 = median(c2, r);
+    }
+    for (i = 0; i < r; ++i) u2[i] = 2.0 * t1[i] / tt[i]; /* the twin pair of the same round */
+    res->twin2 = median(u2, r);
     res->t1 = median(t1, r);
     res->t2 = median(t2, r);
     if (batched) res->te = median(te, r);
@@ -738,8 +792,8 @@ static void run_row(bench *b, const config *c, const job *j, result *res)
     poison(b, j, SET_N);
     for (i = 0; i < nbal; ++i) {
         int replaced;
-        if ((st = wide_call(b, j, c->wide, &bal[i], &work[i], &replaced)) != FAVOR_OK) {
-            report_failure(b, j, st, "balance call", c->wide);
+        if ((st = wide_call(b, j, c->wide, &wall, &bal[i], &work[i], &replaced)) != FAVOR_OK) {
+            report_failure(b, j, st, "balance call", SET_N, c->wide);
             return;
         }
         if (replaced > res->replaced) res->replaced = replaced;
@@ -752,7 +806,7 @@ static void run_row(bench *b, const config *c, const job *j, result *res)
         res->work = res->t1 > 0 ? cpu / res->t1 : -1.0;
         res->work_cpu = res->t1cpu > 0 ? cpu / res->t1cpu : -1.0;
     }
-    res->ident = res->ident2 && res->identw;
+    res->ident = res->ident2 && res->identw && res->ident_twin;
     res->failed = 0;
 }
 
@@ -764,19 +818,19 @@ static void print_table_header(int wide)
 {
     char bal[16];
     snprintf(bal, sizeof bal, "bal%d", wide);
-    printf("\n%-8s %-7s %-6s %-4s %4s %10s %10s %6s %6s %6s %9s %-9s %-5s\n", "shape", "method",
-           "causal", "pass", "runs", "t1 ms", "t2 ms", "t1/t2", bal, "work x", "batch/sum",
-           "ident", "elem=");
+    printf("\n%-8s %-7s %-6s %-4s %4s %10s %10s %6s %6s %6s %6s %6s %6s %9s %-9s %-5s\n",
+           "shape", "method", "causal", "pass", "runs", "t1 ms", "t2 ms", "t1/t2", "twin2", "busy2",
+           "cpu2x", bal, "work x", "batch/sum", "ident", "elem=");
 }
 
 static void print_row(const bench *b, const job *j, const result *r)
 {
-    char a[32], c2[32], sp[16], bl[16], wk[16], rt[16], id[16];
+    char a[32], c2[32], sp[16], bl[16], wk[16], rt[16], id[16], bu[16], w2[16], tw[16];
     printf("%-8s %-7s %-6s %-4s ", b->s.name, method_names[j->method], j->causal ? "yes" : "no",
            pass_names[j->backward]);
     if (r->failed) {
-        printf("%4s %10s %10s %6s %6s %6s %9s %-9s %-5s\n", "-", "-", "-", "-", "-", "-", "-",
-               "FAIL", "-");
+        printf("%4s %10s %10s %6s %6s %6s %6s %6s %6s %9s %-9s %-5s\n", "-", "-", "-", "-", "-",
+               "-", "-", "-", "-", "-", "FAIL", "-");
         return;
     }
     snprintf(sp, sizeof sp, "%.2f", r->t2 > 0 ? r->t1 / r->t2 : 0.0);
@@ -784,12 +838,20 @@ static void print_row(const bench *b, const job *j, const result *r)
     else snprintf(bl, sizeof bl, "-");
     if (r->work >= 0) snprintf(wk, sizeof wk, "%.2f", r->work);
     else snprintf(wk, sizeof wk, "-");
+    if (r->twin2 > 0) snprintf(tw, sizeof tw, "%.2f", r->twin2);
+    else snprintf(tw, sizeof tw, "-");
+    if (r->busy2 >= 0) snprintf(bu, sizeof bu, "%.2f", r->busy2);
+    else snprintf(bu, sizeof bu, "-");
+    if (r->work2 >= 0) snprintf(w2, sizeof w2, "%.2f", r->work2);
+    else snprintf(w2, sizeof w2, "-");
     if (r->te > 0) snprintf(rt, sizeof rt, "%.3f", r->t1 / r->te);
     else snprintf(rt, sizeof rt, "-");
     if (r->ident) snprintf(id, sizeof id, "yes");
-    else snprintf(id, sizeof id, "NO(%s)", !r->ident2 && !r->identw ? "2,w" : !r->ident2 ? "2" : "w");
-    printf("%4d %10s %10s %6s %6s %6s %9s %-9s %-5s\n", r->runs, fmt_ms(a, sizeof a, r->t1),
-           fmt_ms(c2, sizeof c2, r->t2), sp, bl, wk, rt, id,
+    else snprintf(id, sizeof id, "NO(%s%s%s)", r->ident2 ? "" : "2", r->identw ? "" : "w",
+                  r->ident_twin ? "" : "t");
+    printf("%4d %10s %10s %6s %6s %6s %6s %6s %6s %9s %-9s %-5s\n", r->runs,
+           fmt_ms(a, sizeof a, r->t1), fmt_ms(c2, sizeof c2, r->t2), sp, tw, bu, w2, bl, wk, rt,
+           id,
            r->ident_elem < 0 ? "-" : r->ident_elem ? "yes" : "no");
 }
 
@@ -797,7 +859,7 @@ static void csv_header(FILE *f)
 {
     fprintf(f, "shape,batch,heads,kv_heads,n,d,method,causal,pass,runs,t1_s,t2_s,speedup,"
                "wide_threads,balance,work,wide_replaced,per_element_s,batch_ratio,ident,"
-               "ident_2,ident_wide,elem_ident,t1_cpu_s,work_cpu,ok\n");
+               "ident_2,ident_wide,elem_ident,t1_cpu_s,work_cpu,busy2,cpu2x,twin2,ident_twin,ok\n");
 }
 
 static void csv_row(FILE *f, const bench *b, const job *j, const result *r, int wide)
@@ -808,7 +870,7 @@ static void csv_row(FILE *f, const bench *b, const job *j, const result *r, int 
             (unsigned long)s->d, method_names[j->method], j->causal, pass_names[j->backward],
             r->runs);
     if (r->failed) {
-        fprintf(f, ",,,%d,,,,,,,,,,,,0\n", wide);
+        fprintf(f, ",,,%d,,,,,,,,,,,,,,,,0\n", wide);
         return;
     }
     fprintf(f, "%.6e,%.6e,%.4f,%d,", r->t1, r->t2, r->t2 > 0 ? r->t1 / r->t2 : 0.0, wide);
@@ -825,6 +887,11 @@ static void csv_row(FILE *f, const bench *b, const job *j, const result *r, int 
     fprintf(f, "%.6e,", r->t1cpu);
     if (r->work_cpu >= 0) fprintf(f, "%.4f,", r->work_cpu);
     else fprintf(f, ",");
+    if (r->busy2 >= 0) fprintf(f, "%.4f,%.4f,", r->busy2, r->work2);
+    else fprintf(f, ",,");
+    if (r->twin2 > 0) fprintf(f, "%.4f,", r->twin2);
+    else fprintf(f, ",");
+    fprintf(f, "%d,", r->ident_twin);
     fprintf(f, "1\n");
 }
 
@@ -909,14 +976,23 @@ int main(int argc, char **argv)
     else
         printf("t1, t2: median wall time of R (runs) calls at threads 1 and 2, interleaved, "
                "after a warm-up\n"
+               "twin2: 2 t1 / the wall time of two 1-thread calls run at once on 2 threads "
+               "(same round): what the\n"
+               "       machine gives this call on two cores with no split at all, about "
+               "the most t1/t2 can reach\n"
+               "busy2: the 2-thread call's CPU time / (2 t2), how busy its 2 threads were; "
+               "cpu2x: that CPU time /\n"
+               "       the 1-thread call's (same work: > 1 means it ran slower on two cores); "
+               "t1/t2 ~ 2 busy2 / cpu2x\n"
                "bal%d: largest / mean CPU time of the %d threads of one call at threads = %d "
                "(median of %d; * = some\n"
                "       pool threads were replaced, i.e. the call ran fewer); work x: their "
                "CPU time / t1\n"
                "batch/sum: the batched call / its 4 per-element calls, at 1 thread; ident: "
                "2 and %d threads\n"
-               "       give the 1-thread bits (NO(2), NO(w): which differ); elem=: the "
-               "per-element calls do too\n",
+               "       and the twin calls give the 1-thread bits (NO(2), NO(w), NO(t): which "
+               "differ); elem=: the\n"
+               "       per-element calls do too\n",
                c.wide, c.wide, c.wide, BALANCE_CALLS, c.wide);
 
     if (!c.quick) machine_reference();

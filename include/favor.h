@@ -169,9 +169,9 @@
  * results are bit-identical for any thread count.
  *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
- * needs (a slice per thread; with fewer than 8 key/value heads, ceil(8 / heads)
+ * needs (a slice per thread; with fewer than 8 key/value heads, ceil(16 / heads)
  * states per key/value head for the split, and for the linear backward
- * ceil(8 / query heads) partial sums per query head (causal: ceil(8 / heads)
+ * ceil(16 / query heads) partial sums per query head (causal: ceil(16 / heads)
  * per key/value head), and for a split softmax backward 32 x 64 x d floats of dQ
  * partials per key/value head (512 KB at d = 64); any alignment; independent of
  * the sequence length,
@@ -3598,10 +3598,11 @@ static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
 
 /* Splitting one key/value head. When a call has fewer than FAVOR__SPLIT
  * key/value heads, each head's keys are cut into `parts` segments of `seg` rows
- * (a multiple of C, at least FAVOR__SEGMIN; at most about FAVOR__SPLIT segments
- * in all), from the shape alone, never the thread count, so results do not
- * depend on it. A pass then runs in three steps, each a loop of independent
- * items:
+ * (a multiple of C, at least FAVOR__SEGMIN; ceil(FAVOR__ITEMS / heads) at most,
+ * so about FAVOR__ITEMS in all, twice FAVOR__SPLIT so that the items of a step
+ * come out even on a few threads), from the shape alone, never the thread
+ * count, so results do not depend on it. A pass then runs in three steps, each
+ * a loop of independent items:
  *   1. every segment's sums (S, z with their errors, at their own scale c) from
  *      a zero state, into its slot of a shared array (hkv x parts slots);
  *   2. per head, slot p += slot p - 1 in order: slot p holds the state of keys
@@ -3614,6 +3615,7 @@ static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
  * 1 absorbs the keys as it does; step 3 computes each row as it does). The
  * workspace grows by the slots: independent of n. */
 #define FAVOR__SPLIT 8
+#define FAVOR__ITEMS 16
 #define FAVOR__SEGMIN 512
 #define FAVOR__ROWBLK 256
 
@@ -3626,7 +3628,7 @@ typedef struct {
 /* 1 when a call with hkv key/value heads is split (fills sp) */
 static int favor__split_plan(size_t hkv, size_t nk, size_t w, size_t dv, favor__split *sp)
 {
-    size_t want = (FAVOR__SPLIT + hkv - 1) / hkv, seg, a = FAVOR__ALIGN / sizeof(float);
+    size_t want = (FAVOR__ITEMS + hkv - 1) / hkv, seg, a = FAVOR__ALIGN / sizeof(float);
     sp->parts = sp->cap = 1;
     sp->seg = nk;
     sp->slot = 0;
@@ -4381,6 +4383,12 @@ static size_t favor__softmax_bwd_kend(size_t n, size_t nk, int causal, size_t i0
     return causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
 }
 
+/* Where favor__softmax_bwd_rows leaves L (BQ floats) in its workspace ws */
+static float *favor__softmax_bwd_L(float *ws, size_t d, size_t dv)
+{
+    return ws + (d + dv) * FAVOR__BQ + 2 * FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ;
+}
+
 /* Query rows [i0, i0 + BQ) of one query head, into ws (favor__softmax_bwd_floats):
  * Qt, Gt (lanes without a row zero), D_r = dout_r . out_r, and L, each lane's lse
  * (read from lse, ldl apart, or computed over the keys the rows see); +inf in a
@@ -4393,7 +4401,7 @@ static void favor__softmax_bwd_rows(const float *Q, size_t ldq, const float *K, 
     const size_t BQ = FAVOR__BQ, BK = FAVOR__BK;
     float *Qt = ws, *Gt = Qt + d * BQ, *St = Gt + dv * BQ;
     float *m = St + 2 * BK * BQ, *mc = m + BQ, *alpha = mc + BQ, *tmp = alpha + BQ;
-    float *L = tmp + BQ, *D = L + BQ;
+    float *L = favor__softmax_bwd_L(ws, d, dv), *D = L + BQ;
     size_t r, c, nq = n - i0 < BQ ? n - i0 : BQ;
     favor__softmax_qt(Q + i0 * ldq, ldq, nq, d, s, Qt);
     if (lse) {
@@ -4424,7 +4432,7 @@ static void favor__softmax_bwd_keys(const float *Q, size_t ldq, const float *K, 
 {
     const size_t BQ = FAVOR__BQ, BK = FAVOR__BK;
     float *Gt = ws + d * BQ, *St = Gt + dv * BQ, *dPt = St + BK * BQ;
-    float *L = dPt + BK * BQ + 4 * BQ, *D = L + BQ;
+    float *L = favor__softmax_bwd_L(ws, d, dv), *D = L + BQ;
     size_t j0, r, nq = n - i0 < BQ ? n - i0 : BQ;
     size_t kend = favor__softmax_bwd_kend(n, nk, causal, i0);
     for (r = 0; r < nq; ++r) memset(DQP + r * ldp, 0, d * sizeof(float));
@@ -4669,8 +4677,7 @@ static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tens
         }
         if (bp->in_dq) { /* the lse of every row, into column 0 of its dq row */
             favor__sbp own = *bp;
-            const float *L = /* where favor__softmax_bwd_rows leaves L */
-                mine + (sh->d + sh->dv) * FAVOR__BQ + 2 * FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ;
+            const float *L = favor__softmax_bwd_L(mine, sh->d, sh->dv);
             own.in_dq = 0; /* computed, not read */
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
@@ -5380,7 +5387,7 @@ static void favor__lbv_make(favor__lbv *l, const favor_tensor *q, const favor_te
  * FAVOR__SPLIT of them; from the shape alone, as the forward, "Splitting one
  * key/value head"): the state from segment sums and their scan (the forward's
  * steps 1 and 2, uncompensated as the one-head backward's); then items of rows
- * (rparts per query head: about FAVOR__SPLIT in all, whole chunks) write dq and
+ * (rparts per query head: about FAVOR__ITEMS in all, whole chunks) write dq and
  * their own sums R, rz at their own scale lam into a partial slot; per head the
  * partials are brought to the least lam and added in order; then items of
  * FAVOR__ROWBLK keys write dk and dv from them. Partial slots: width (d_v + 1)
@@ -5398,7 +5405,7 @@ static int favor__bsplit_plan(const favor_features *f, const favor_tensor *q,
     size_t a = FAVOR__ALIGN / sizeof(float), want;
     bs->rparts = bs->rrows = bs->pslot = bs->rcap = 0;
     if (!favor__split_plan(favor__nheads(k), k->rows, w, v->cols, &bs->sp)) return 0;
-    want = (FAVOR__SPLIT + hq - 1) / hq;
+    want = (FAVOR__ITEMS + hq - 1) / hq;
     bs->rcap = want;
     bs->rrows = n / want + (n % want != 0);
     bs->rrows = (bs->rrows + FAVOR__CHUNK - 1) / FAVOR__CHUNK * FAVOR__CHUNK;
