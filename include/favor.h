@@ -48,7 +48,9 @@
  * Inputs may overlap each other; an output may share no element with an input or
  * another output, but may share a buffer: the column blocks of one [n][q|k|v|out]
  * buffer are fine. Outputs are accepted when their bytes are disjoint from the
- * others' by span, or by residue modulo a common row, head or batch stride; a
+ * others' by span, or by residue modulo a common row, head or batch stride, or
+ * group by group when their largest strides are equal and their first groups fit
+ * in one such stride (batch elements of one buffer, whatever the axes below); a
  * layout this cannot prove disjoint is refused (FAVOR_E_ALIAS).
  *
  * BATCHES. A view may hold `batch` such [heads][rows][cols] elements,
@@ -1184,13 +1186,19 @@ static void favor__vmul(float *y, const float *x, size_t n)
     for (i = nv; i < n; ++i) y[i] *= x[i];
 }
 
-/* y = exp(y - c) elementwise */
+/* y = exp(min(y - c, 0)) elementwise: c is at least y, being its running
+ * maximum (the forward) or its row's log-sum-exp (the backward, whose recomputed
+ * scores may round above the forward's lse when they come from the decode path's
+ * other order: by 1e6 when the scores are 1e13, and exp would give +inf). NaN
+ * stays NaN. */
 static void favor__exp_sub(float *y, const float *c, size_t n)
 {
     size_t i, nv = n - n % FAVOR__W;
+    favor__vf zero = favor__v_set1(0.0f);
     for (i = 0; i < nv; i += FAVOR__W)
-        favor__v_store(y + i, favor__v_exp(favor__v_sub(favor__v_load(y + i), favor__v_load(c + i))));
-    for (i = nv; i < n; ++i) y[i] = favor__s_exp(y[i] - c[i]);
+        favor__v_store(y + i, favor__v_expneg(favor__v_min(
+                                  zero, favor__v_sub(favor__v_load(y + i), favor__v_load(c + i)))));
+    for (i = nv; i < n; ++i) y[i] = favor__s_expneg(favor__s_min(0.0f, y[i] - c[i]));
 }
 
 /* y *= a */
@@ -2042,26 +2050,50 @@ static int favor__window(favor__range r, uintptr_t p, uintptr_t *at, uintptr_t *
     return 1;
 }
 
+/* The stride of r's largest axis (0: one row) and the bytes from its first
+ * byte to the end of the first of the groups that axis repeats */
+static uintptr_t favor__top(favor__range r, uintptr_t *first)
+{
+    if (r.outer) { *first = r.glen; return r.outer; }
+    if (r.per) { *first = r.in_len; return r.per; }
+    *first = r.in_stride ? r.row : r.hi - r.lo;
+    return r.in_stride;
+}
+
+/* r's first group: r without its largest axis */
+static favor__range favor__first(favor__range r)
+{
+    if (r.outer) {
+        r.outer = 0;
+        r.hi = r.lo + r.glen;
+    } else if (r.per) {
+        r.per = 0;
+        r.hi = r.lo + r.in_len;
+    } else {
+        r.in_stride = 0;
+        r.hi = r.lo + r.row;
+        r.in_len = r.row;
+    }
+    r.glen = r.hi - r.lo;
+    return r;
+}
+
 /* 1 when a and b may share a byte. Disjoint spans never do; interleaved
  * layouts, such as the column blocks of one [n][q|k|v|out] buffer, do not when
  * some common period puts them in disjoint windows. Otherwise assume they do. */
 static int favor__overlap(favor__range a, favor__range b)
 {
-    uintptr_t per[6], wa, la, wb, lb;
+    uintptr_t per[6], wa, la, wb, lb, fa, fb, ta = favor__top(a, &fa), tb = favor__top(b, &fb);
     int i;
     if (!(a.lo < b.hi && b.lo < a.hi)) return 0;
-    if (a.outer && a.outer == b.outer) {
+    if (ta && ta == tb) {
         /* groups one stride apart (the batch elements of two views of one
-         * buffer, say): when the first groups of both fit in one stride, group
-         * i of one can meet only group i of the other, a copy of the first two */
+         * buffer, say, whether or not each has more than one row or head):
+         * when the first groups of both fit in one stride, group i of one can
+         * meet only group i of the other, a copy of the first two */
         uintptr_t lo = a.lo < b.lo ? a.lo : b.lo;
-        uintptr_t hi = a.lo + a.glen > b.lo + b.glen ? a.lo + a.glen : b.lo + b.glen;
-        if (hi - lo <= a.outer) {
-            a.hi = a.lo + a.glen;
-            b.hi = b.lo + b.glen;
-            a.outer = b.outer = 0;
-            return favor__overlap(a, b);
-        }
+        uintptr_t hi = a.lo + fa > b.lo + fb ? a.lo + fa : b.lo + fb;
+        if (hi - lo <= ta) return favor__overlap(favor__first(a), favor__first(b));
     }
     per[0] = a.per; per[1] = b.per; per[2] = a.in_stride; per[3] = b.in_stride;
     per[4] = a.outer; per[5] = b.outer;

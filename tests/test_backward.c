@@ -59,6 +59,9 @@
  *     with n_k > 512 (split inside the head; softmax also with n_k = 16500, past
  *     32 parts of 512 keys); 2 and more with a caller workspace
  *     of the size queried for that thread count (nothing written past it).
+ * large scores: softmax with inputs up to 1e4 and scale 1e4, n = 1 to 70 (the
+ *     forward's decode path and its prefill), lse given or not: finite
+ *     gradients (fuzz finding 7).
  * ELU1 with d = 1 has dq = 0 exactly (phi(q_i) is one number and cancels); its dq
  * error is measured against max|dk| instead. Caller workspaces are queried,
  * handed over 4 bytes off malloc's alignment, with a guard zone after them
@@ -1306,6 +1309,63 @@ static void test_backward_threads(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* The promise at its edge: inputs up to 1e4 and scale 1e4 make scores of order
+ * 1e13, where one rounding is about 1e6. The backward recomputes the scores in
+ * the prefill order; a forward of at most 32 query rows takes the decode path,
+ * whose order differs, so the lse it leaves may lie below a recomputed score by
+ * far more than exp's range. The gradients must stay finite, with the lse from
+ * the forward or recomputed, causal or not, on both forward paths. */
+static void test_backward_large_scores(void **state)
+{
+    static const size_t rows[] = { 1, 9, 32, 33, 70 };
+    enum { H = 2, NK = 80, D = 19 };
+    size_t ri, i;
+    int causal, lse, fails = 0;
+    (void)state;
+    for (ri = 0; ri < sizeof rows / sizeof rows[0]; ++ri)
+        for (causal = 0; causal < 2; ++causal)
+            for (lse = 0; lse < 2; ++lse) {
+                size_t n = rows[ri], nq = H * n * D, nkv = H * NK * D;
+                float *buf = (float *)malloc((3 * nq + 4 * nkv + H * n) * sizeof(float));
+                float *q = buf, *o = q + nq, *dout = o + nq, *k = dout + nq, *v = k + nkv;
+                float *dk = v + nkv, *dv = dk + nkv, *lsebuf = dv + nkv;
+                float *dq = (float *)malloc(nq * sizeof(float));
+                favor_options opt = favor_default_options();
+                favor_tensor Q = favor_tensor_packed(q, H, n, D), K = favor_tensor_packed(k, H, NK, D),
+                             V = favor_tensor_packed(v, H, NK, D), O = favor_tensor_packed(o, H, n, D),
+                             dO = favor_tensor_packed(dout, H, n, D),
+                             dQ = favor_tensor_packed(dq, H, n, D),
+                             dK = favor_tensor_packed(dk, H, NK, D),
+                             dV = favor_tensor_packed(dv, H, NK, D);
+                tu_rng rng;
+                rng.s = 4242 + ri;
+                for (i = 0; i < nq; ++i) {
+                    q[i] = (float)(2e4 * tu_uniform(&rng) - 1e4);
+                    dout[i] = (float)(2e4 * tu_uniform(&rng) - 1e4);
+                }
+                for (i = 0; i < nkv; ++i) {
+                    k[i] = (float)(2e4 * tu_uniform(&rng) - 1e4);
+                    v[i] = (float)(2e4 * tu_uniform(&rng) - 1e4);
+                }
+                opt.flags = causal ? FAVOR_CAUSAL : 0u;
+                opt.scale = 1e4f;
+                if (lse) opt.lse = lsebuf;
+                assert_int_equal(favor_softmax_attention(&Q, &K, &V, &O, &opt), FAVOR_OK);
+                assert_int_equal(favor_softmax_attention_backward(&Q, &K, &V, &O, &dO, &dQ, &dK, &dV,
+                                                                  &opt),
+                                 FAVOR_OK);
+                if (!tu_all_finite(o, nq) || !tu_all_finite(dq, nq) || !tu_all_finite(dk, nkv) ||
+                    !tu_all_finite(dv, nkv)) {
+                    print_error("  n %u %s%s: a gradient is not finite\n", (unsigned)n,
+                                causal ? "causal" : "full", lse ? " +lse" : "");
+                    ++fails;
+                }
+                free(buf);
+                free(dq);
+            }
+    assert_int_equal(fails, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1317,6 +1377,7 @@ int main(void)
         cmocka_unit_test(test_backward_workspace),
         cmocka_unit_test(test_backward_validation),
         cmocka_unit_test(test_backward_threads),
+        cmocka_unit_test(test_backward_large_scores),
     };
     if (tu_check_backend() != 0) return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);

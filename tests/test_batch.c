@@ -23,7 +23,8 @@
  * a batch above 1 with no stride, batches that overlap, a batch stride whose
  * span overflows, an output whose second element overlaps an input: each a
  * status with nothing written; batch 0 and 1 (any stride) are the unbatched
- * view. */
+ * view; q and out as one row of a [B][T][q|k|v|out] buffer whose k and v have
+ * all T rows, accepted, and refused one float further. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -711,6 +712,70 @@ static void test_batch_validation(void **state)
     }
 }
 
+/* One [B][T][q|k|v|out] buffer with gaps between batch elements, q and out one
+ * row of it (a step that reads T keys): q's and out's axes are heads and batch,
+ * k's and v's heads, rows and batch, so the batch stride is the largest axis of
+ * all four but not the same axis of each. Accepted, with the bits of the same
+ * call on packed copies, and nothing outside out written; out moved one float
+ * into v is refused with nothing written. */
+enum { FB = 2, FH = 2, FT = 9, FD = 4, FROW = 4 * FH * FD, FBS = FT * FROW + 3 };
+static float fbuf_[FB * FBS], fsnap[FB * FBS];
+
+static void test_batch_fused_row(void **state)
+{
+    float pq[FB * FH * FD], pk[FB * FH * FT * FD], pv[FB * FH * FT * FD], po[FB * FH * FD];
+    favor_tensor t[NT], p[NT];
+    favor_options o = favor_default_options();
+    char text[200];
+    tu_rng rng;
+    size_t b, h, r, c, i, at = FT - 1; /* q's and out's row */
+    (void)state;
+    rng.s = 1506;
+    for (i = 0; i < FB * FBS; ++i) fbuf_[i] = (float)tu_normal(&rng);
+    for (i = TQ; i <= TO; ++i) { /* column block i */
+        t[i] = favor_tensor_batched(FAVOR_F32, fbuf_ + i * FH * FD, FB, FH, FT, FD);
+        t[i].head_stride = FD;
+        t[i].row_stride = FROW;
+        t[i].batch_stride = FBS;
+    }
+    for (i = TQ; i <= TO; i += TO - TQ) { /* q and out: one row */
+        t[i].data = (float *)t[i].data + at * FROW;
+        t[i].rows = 1;
+    }
+    p[TQ] = favor_tensor_batched(FAVOR_F32, pq, FB, FH, 1, FD);
+    p[TK] = favor_tensor_batched(FAVOR_F32, pk, FB, FH, FT, FD);
+    p[TV] = favor_tensor_batched(FAVOR_F32, pv, FB, FH, FT, FD);
+    p[TO] = favor_tensor_batched(FAVOR_F32, po, FB, FH, 1, FD);
+    for (b = 0; b < FB; ++b)
+        for (h = 0; h < FH; ++h)
+            for (r = 0; r < FT; ++r)
+                for (c = 0; c < FD; ++c) {
+                    const float *row = fbuf_ + b * FBS + r * FROW + h * FD + c;
+                    size_t e = ((b * FH + h) * FT + r) * FD + c;
+                    pk[e] = row[FH * FD];
+                    pv[e] = row[2 * FH * FD];
+                    if (r == at) pq[(b * FH + h) * FD + c] = row[0];
+                }
+    memcpy(fsnap, fbuf_, sizeof fsnap);
+    assert_int_equal(favor_softmax_attention(&p[TQ], &p[TK], &p[TV], &p[TO], NULL), FAVOR_OK);
+    assert_int_equal(favor_softmax_attention(&t[TQ], &t[TK], &t[TV], &t[TO], NULL), FAVOR_OK);
+    for (i = 0; i < FB * FBS; ++i) {
+        size_t e = i % FBS, col = e % FROW - 3 * FH * FD;
+        if (e / FROW == at && e < FT * FROW && e % FROW >= 3 * FH * FD) /* out */
+            assert_true(fbuf_[i] == po[(i / FBS * FH + col / FD) * FD + col % FD]);
+        else
+            assert_true(fbuf_[i] == fsnap[i]);
+    }
+    /* one float into v: refused, and nothing written */
+    memcpy(fsnap, fbuf_, sizeof fsnap);
+    t[TO].data = (float *)t[TO].data - 1;
+    o.error = text;
+    o.error_size = sizeof text;
+    assert_int_equal(favor_softmax_attention(&t[TQ], &t[TK], &t[TV], &t[TO], &o), FAVOR_E_ALIAS);
+    assert_string_equal(text, "out overlaps v");
+    assert_memory_equal(fbuf_, fsnap, sizeof fsnap);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -719,6 +784,7 @@ int main(void)
         cmocka_unit_test(test_batched_feature_map),
         cmocka_unit_test(test_batched_f16),
         cmocka_unit_test(test_batch_validation),
+        cmocka_unit_test(test_batch_fused_row),
     };
     if (tu_check_backend()) return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -866,7 +866,9 @@ static void layout_views(void)
             v->group = (int)(v->p1 & 1);
             if (!gseen[v->group]) {
                 gpad[v->group] = v->p2 % 3; /* the group's row padding */
-                gbat[v->group] = tnb(t);
+                /* a huge batch is never laid out (the view is absurd): its group is not
+                 * interleaved by it, so the other members' strides stay small */
+                gbat[v->group] = tnb(t) <= FZ_HUGE_BATCH ? tnb(t) : 1;
                 gbm[v->group] = v->bm;
             }
             gseen[v->group] = 1;

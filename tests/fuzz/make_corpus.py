@@ -310,6 +310,10 @@ def batch_seeds():
                               bview("padded", 0, 2, 3, mode="inter", par=1) +
                               bview("interpad", 0, 1, 2, mode="gap", par=5) +
                               bview("offset", 0, 0, 5, 3, mode="inter", par=3))
+    # a huge batch on the first member of an interleaved fused group (that view is
+    # absurd): the others, of batch 1, keep their small strides
+    s["bt-sm-fused-huge-first"] = (bytes([0 | BT, 1]) + shape(2, 1, 9, 9, 4, 4) + ocfg() +
+                                   F(b=("huge", 0), mode="inter") + F(b=1) + F() + bview())
     s["bt-sm-zero-and-one"] = (bytes([0 | BT, 1]) + shape(1, 2, 5, 6, 4, 3) + ocfg() +
                                bview(b=0) + bview(b=1, mode="huge") + bview(b=0, mode="zero") +
                                bview(b=1, mode="small", par=7))  # one element each: strides ignored
@@ -399,6 +403,16 @@ def repros():
                                                tviews("f32", "f32", "f32", "f32", "f32", "f16", "f16", "f16"))
     r["finding5-linear-backward-ws-query"] = (bytes([3 | EXT, 1]) + shape(2, 1, 10, 15, 4, 6) + fcfg("relu", 7) +
                                               ocfg(ws_mode=1) + tviews("f32", "f32", "f32", "f32", "f16", "f16", "f16"))
+    # FINDING-6 (fixed in 0.4): q and out one row of a batched [B][T][q|k|v|out]
+    # buffer, refused with FAVOR_E_ALIAS. FINDING-7 (fixed in 0.4): a softmax
+    # backward from a decode-path forward's lse, scores of order 1e13, NaN dq.
+    # Both as the fuzzer wrote them (CI seed 1, and a 240 s run with seed 1).
+    r["finding6-batched-fused-one-row"] = bytes.fromhex(
+        "10010500bc0707010000000000000009000000a21b09000000000009000000000009000000000027000000")
+    r["finding7-softmax-backward-decode-lse"] = bytes.fromhex(
+        "09020008ebeeeeeeeeee2929292929ee12eeeeee1111111111110eeeeef8eeeeeeeeeeeeeeeeeeeeeeeeeeee"
+        "eeeeeeeeee000000565656565656d656565656565656565656565656565656565656565656565656565656"
+        "5656560000000000000000000080ffff7ffff5000080")
     return r
 
 
