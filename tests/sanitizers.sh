@@ -37,17 +37,17 @@ job_valgrind() {
     # -O1 -g: readable reports. FAVOR_NATIVE=OFF: the examples are otherwise
     # built with -march=native, which is AVX-512 code on such a CPU, and valgrind
     # stops on its first AVX-512 instruction (SIGILL). Left out: the bench; the
-    # training smoke test and the interop test (driven by cmake -P and Python, not wrapped); the 10^7-token
-    # recurrence and the exp sweep (minutes under valgrind, register arithmetic on
-    # a few small arrays; the ASan jobs run both); the AVX2 variants of every
-    # suite but test_backends, test_dtypes and the examples and standalone tests
-    # (the scalar variants run the same kernels here, written once over the
-    # vector layer, and test_backward alone took over 16 minutes under
-    # valgrind; the ASan/UBSan jobs run them all; the AVX2 vocabulary, its
-    # loads, stores, tails and 16-bit conversions, still runs here through every
-    # entry point in test_backends and test_dtypes). No --track-origins: it
-    # finds no more errors and costs time; to see where an uninitialised value
-    # came from, rerun the failing test by hand with it.
+    # training smoke test and the interop test (driven by cmake -P and Python,
+    # not wrapped); the 10^7-token recurrence and the exp sweep (minutes under
+    # valgrind, register arithmetic on a few small arrays; the ASan jobs run
+    # both); the AVX2 variants of every suite but test_backends, test_dtypes and
+    # the examples and standalone tests (the scalar variants run the same
+    # kernels here, written once over the vector layer, and test_backward alone
+    # took over 16 minutes under valgrind; the ASan/UBSan jobs run them all; the
+    # AVX2 vocabulary, its loads, stores, tails and 16-bit conversions, still
+    # runs here through every entry point in test_backends and test_dtypes). No
+    # --track-origins: it finds no more errors and costs time; to see where an
+    # uninitialised value came from, rerun the failing test by hand with it.
     dir=$out/valgrind
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DFAVOR_BUILD_BENCH=OFF -DFAVOR_NATIVE=OFF \

@@ -1326,10 +1326,9 @@ static void test_backward_large_scores(void **state)
         for (causal = 0; causal < 2; ++causal)
             for (lse = 0; lse < 2; ++lse) {
                 size_t n = rows[ri], nq = H * n * D, nkv = H * NK * D;
-                float *buf = (float *)malloc((3 * nq + 4 * nkv + H * n) * sizeof(float));
-                float *q = buf, *o = q + nq, *dout = o + nq, *k = dout + nq, *v = k + nkv;
-                float *dk = v + nkv, *dv = dk + nkv, *lsebuf = dv + nkv;
-                float *dq = (float *)malloc(nq * sizeof(float));
+                float *buf = (float *)malloc((4 * nq + 4 * nkv + H * n) * sizeof(float));
+                float *q = buf, *o = q + nq, *dout = o + nq, *dq = dout + nq, *k = dq + nq;
+                float *v = k + nkv, *dk = v + nkv, *dv = dk + nkv, *lsebuf = dv + nkv;
                 favor_options opt = favor_default_options();
                 favor_tensor Q = favor_tensor_packed(q, H, n, D), K = favor_tensor_packed(k, H, NK, D),
                              V = favor_tensor_packed(v, H, NK, D), O = favor_tensor_packed(o, H, n, D),
@@ -1361,7 +1360,6 @@ static void test_backward_large_scores(void **state)
                     ++fails;
                 }
                 free(buf);
-                free(dq);
             }
     assert_int_equal(fails, 0);
 }
