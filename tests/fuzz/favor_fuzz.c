@@ -1057,6 +1057,7 @@ static float gen_value(fz_rd *r, fz_view *v, unsigned mode)
 }
 
 /* Outputs get the output canary, inputs a payload. */
+static void set_promises(void);
 static void fill_views(fz_rd *r)
 {
     int i, pass;
@@ -1084,7 +1085,16 @@ static void fill_views(fz_rd *r)
                         }
                     }
         }
-    /* promise flags after everything is written (aliasing views may share elements) */
+    set_promises();
+}
+
+/* promise flags of every input view, from what its elements hold now: after
+   everything is written, since aliasing views may share elements, and again
+   after any call writes into a buffer that other views read (a backward's dout
+   may be an f16 view of the bytes the forward writes as out) */
+static void set_promises(void)
+{
+    int i;
     for (i = 0; i < g_nv; ++i) {
         fz_view *v = &g_v[i];
         size_t h, rr, c;
@@ -2283,14 +2293,9 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
         }
         fo.lse = a.lse && a.lse->mem_ok ? a.lse->t.data : NULL;
         if (favor_softmax_attention(&a.q->t, &a.k->t, &a.v->t, &a.o->t, &fo) == FAVOR_OK) {
-            size_t h, i, c;
             consistent = 1;
+            set_promises(); /* out, and any view over its bytes (dout), changed */
             if (a.lse) a.lse->inprom = 1;
-            a.o->inprom = 1;
-            for (h = 0; h < vheads(a.o); ++h)
-                for (i = 0; i < a.o->t.rows; ++i)
-                    for (c = 0; c < a.o->t.cols; ++c)
-                        if (!(fabsf(VGET(a.o, h, i, c)) <= 1e4f)) a.o->inprom = 0;
             ctx("[out, lse from the forward] ");
         }
     }

@@ -335,6 +335,12 @@ def batch_seeds():
     s["bt-smb-grad-mismatch"] = (bytes([1 | BT, 0]) + shape() + ocfg() + bviews(6, 2) + bview(b=3) + bview())
     s["bt-smb-f16"] = (bytes([1 | EXT | BT, 1 | 2]) + shape(1, 2, 12, 10, 6, 3) + ocfg(True, lse_mode=1) +
                        bviews(8, 2, "bf16"))
+    # dout an f16 view over the bytes the forward writes as out (fp32): the promise
+    # of finite dout must be judged after the forward (the CI crash of 6dbfe62, as
+    # the fuzzer wrote it; the harness once judged it before, and called NaN dq a bug)
+    s["dt-smb-dout-over-out"] = bytes.fromhex(
+        "090302f7050b020000000008050429b9b91313010000000000000000807000000001000a030095"
+        "95959595959595959574959595959595959595959595800000000000002900be004300000080")
     # ---- linear forward and backward ----
     s["bt-lin-causal-positive"] = (bytes([2 | BT, 1 | 4 | 8 * 25]) + shape(2, 2, 70, 70, 6, 5) +
                                    fcfg("positive", 24) + ocfg(True, ws_mode=1) +
