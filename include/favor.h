@@ -341,10 +341,11 @@ FAVOR_API size_t favor_dtype_size(favor_dtype dtype);
 
 /* Flags of favor_options.flags. */
 #define FAVOR_CAUSAL 1u
+#define FAVOR_WINDOW 2u /* softmax: the window of window_left, window_right applies */
 
 /* Per-call options. A NULL options pointer means favor_default_options(). */
 typedef struct {
-    unsigned flags;        /* 0 or FAVOR_CAUSAL                                 */
+    unsigned flags;        /* 0, FAVOR_CAUSAL, FAVOR_WINDOW or both             */
     float scale;           /* s > 0; 0 = default (1/sqrt(d) for softmax; the
                               features' own scale for linear attention)         */
     int threads;           /* 0 = default (OpenMP's), 1 = single-threaded, n > 1
@@ -363,6 +364,18 @@ typedef struct {
                               error_size bytes with its NUL; a call that
                               succeeds does not touch it. See ERRORS */
     size_t error_size;     /* bytes at error                                    */
+    /* Score variants of exact softmax attention (see SCORE VARIANTS); each is
+       off when zero or NULL, and linear attention refuses them (FAVOR_E_ARG). */
+    ptrdiff_t window_left;  /* with FAVOR_WINDOW: row i sees key j only when
+                               p_i - window_left <= j <= p_i + window_right;  */
+    ptrdiff_t window_right; /* a negative side is unbounded                  */
+    float softcap;          /* c > 0: each scaled score x becomes c tanh(x/c) */
+    const float *alibi;     /* heads_q slopes m_h: score -= m_h |p_i - j|     */
+    const float *sinks;     /* heads_q logits s_h: exp(s_h) joins every row's
+                               softmax denominator (-inf: no sink)            */
+    float *dsinks;          /* backward, with sinks: heads_q floats written with
+                               dL/ds_h, summed over rows and batch elements;
+                               the forward ignores it                         */
 } favor_options;
 
 /* No flags, scale 0 (the default), threads 0 (OpenMP's default), no workspace
@@ -1199,6 +1212,53 @@ static void favor__exp_sub(float *y, const float *c, size_t n)
         favor__v_store(y + i, favor__v_expneg(favor__v_min(
                                   zero, favor__v_sub(favor__v_load(y + i), favor__v_load(c + i)))));
     for (i = nv; i < n; ++i) y[i] = favor__s_expneg(favor__s_min(0.0f, y[i] - c[i]));
+}
+
+/* y[t] += a |b + c t| for t < n <= FAVOR__RAMP (ALiBi's distance term: b, c
+ * whole numbers, exact below 2^24) */
+#define FAVOR__RAMP 64
+static void favor__alibi(float *y, float a, float b, float c, size_t n)
+{
+    static const float ramp[FAVOR__RAMP] = {
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+        22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42,
+        43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63 };
+    size_t i, nv = n - n % FAVOR__W;
+    favor__vf va = favor__v_set1(a), vb = favor__v_set1(b), vc = favor__v_set1(c);
+    favor__vf zero = favor__v_set1(0.0f);
+    for (i = 0; i < nv; i += FAVOR__W) {
+        favor__vf x = favor__v_fma(vc, favor__v_load(ramp + i), vb);
+        x = favor__v_max(x, favor__v_sub(zero, x));
+        favor__v_store(y + i, favor__v_fma(va, x, favor__v_load(y + i)));
+    }
+    for (i = nv; i < n; ++i) {
+        float x = favor__s_fma(c, ramp[i], b);
+        y[i] = favor__s_fma(a, x < 0.0f ? -x : x, y[i]);
+    }
+}
+
+/* y *= 1 - t^2 (the derivative of c tanh(x / c) at t = tanh(x / c)) */
+static void favor__dtanh(float *y, const float *t, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    favor__vf one = favor__v_set1(1.0f), zero = favor__v_set1(0.0f);
+    for (i = 0; i < nv; i += FAVOR__W) {
+        favor__vf vt = favor__v_load(t + i);
+        favor__vf g = favor__v_fma(favor__v_sub(zero, vt), vt, one);
+        favor__v_store(y + i, favor__v_mul(favor__v_load(y + i), g));
+    }
+    for (i = nv; i < n; ++i) y[i] *= favor__s_fma(-t[i], t[i], 1.0f);
+}
+
+/* TEMP softcap until the vector tanh lands: y = c tanh(y / c), t = tanh(y / c) */
+static void favor__softcap(float *y, float *t, float c, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        float u = tanhf(y[i] / c);
+        if (t) t[i] = u;
+        y[i] = c * u;
+    }
 }
 
 /* y *= a */
@@ -2120,8 +2180,9 @@ static favor_status favor__check_options(const favor_options *o)
 {
     favor__why w = favor__why_of(o);
     if (!o) return FAVOR_OK;
-    if (o->flags & ~FAVOR_CAUSAL)
-        return favor__no(&w, FAVOR_E_ARG, "opts: flags %z has bits other than FAVOR_CAUSAL",
+    if (o->flags & ~(FAVOR_CAUSAL | FAVOR_WINDOW))
+        return favor__no(&w, FAVOR_E_ARG,
+                         "opts: flags %z has bits other than FAVOR_CAUSAL and FAVOR_WINDOW",
                          (size_t)o->flags);
     if (!(o->scale >= 0.0f) || !(o->scale <= FLT_MAX)) /* NaN, < 0, inf */
         return favor__no(&w, FAVOR_E_ARG, "opts: scale is NaN, negative or infinite");
@@ -2320,6 +2381,55 @@ static favor_status favor__check_lse(const favor_options *opts, favor__shape *sh
         return favor__no(&w, FAVOR_E_ALIAS, "opts.lse overlaps a tensor of the call");
     sh->other[sh->nother++] = r;
     return FAVOR_OK;
+}
+
+/* The score variants of a softmax call (opts: window, softcap, alibi, sinks;
+ * with grad, dsinks): their values, and dsinks (heads_q floats, an output)
+ * overlapping no tensor of the call nor the slopes and sinks (added to
+ * sh->other, so the workspace may not overlap it either). heads: query heads of
+ * a batch element. */
+static favor_status favor__check_mods(const favor_options *o, size_t heads, int grad,
+                                      favor__shape *sh)
+{
+    favor__why w = favor__why_of(o);
+    size_t h, bytes;
+    favor__range r;
+    if (!o) return FAVOR_OK;
+    if (!(o->softcap >= 0.0f) || !(o->softcap <= FLT_MAX))
+        return favor__no(&w, FAVOR_E_ARG, "opts.softcap is NaN, negative or infinite");
+    for (h = 0; o->alibi && h < heads; ++h)
+        if (!(o->alibi[h] >= -FLT_MAX && o->alibi[h] <= FLT_MAX))
+            return favor__no(&w, FAVOR_E_ARG, "opts.alibi[%z] is not finite", h);
+    for (h = 0; o->sinks && h < heads; ++h)
+        if (!(o->sinks[h] <= FLT_MAX) && o->sinks[h] != -INFINITY)
+            return favor__no(&w, FAVOR_E_ARG, "opts.sinks[%z] is NaN or +inf", h);
+    if (!grad || !o->dsinks) return FAVOR_OK;
+    if (!o->sinks) return favor__no(&w, FAVOR_E_ARG, "opts.dsinks is given without opts.sinks");
+    if (!favor__mul_ok(heads, sizeof(float), &bytes) ||
+        (uintptr_t)o->dsinks > UINTPTR_MAX - bytes)
+        return favor__no(&w, FAVOR_E_OVERFLOW, "opts.dsinks: %z floats pass the end of the "
+                                               "address space", heads);
+    r = favor__range_of(o->dsinks, bytes);
+    if (favor__overlaps_any(sh, r, 1) ||
+        favor__overlap(r, favor__range_of(o->sinks, bytes)) ||
+        (o->alibi && favor__overlap(r, favor__range_of(o->alibi, bytes))))
+        return favor__no(&w, FAVOR_E_ALIAS, "opts.dsinks overlaps %s",
+                         favor__overlaps_any(sh, r, 1) ? "a tensor of the call"
+                         : favor__overlap(r, favor__range_of(o->sinks, bytes)) ? "opts.sinks"
+                                                                              : "opts.alibi");
+    sh->other[sh->nother++] = r;
+    return FAVOR_OK;
+}
+
+/* Linear attention takes no score variant: FAVOR_E_ARG naming the first given */
+static favor_status favor__check_no_mods(const favor_options *o, const favor__why *w)
+{
+    const char *what;
+    if (!o) return FAVOR_OK;
+    what = (o->flags & FAVOR_WINDOW) ? "FAVOR_WINDOW" : o->softcap != 0.0f ? "opts.softcap"
+           : o->alibi ? "opts.alibi" : o->sinks ? "opts.sinks" : o->dsinks ? "opts.dsinks" : NULL;
+    if (!what) return FAVOR_OK;
+    return favor__no(w, FAVOR_E_ARG, "%s applies to softmax attention only", what);
 }
 
 /* Workspace: the caller's (checked for size and overlap) or an allocation. Any
@@ -2587,6 +2697,12 @@ FAVOR_API favor_options favor_default_options(void)
     o.lse = NULL;
     o.error = NULL;
     o.error_size = 0;
+    o.window_left = 0;
+    o.window_right = 0;
+    o.softcap = 0.0f;
+    o.alibi = NULL;
+    o.sinks = NULL;
+    o.dsinks = NULL;
     return o;
 }
 
@@ -2767,13 +2883,10 @@ FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_te
 #define FAVOR__BQ 64
 #define FAVOR__BK 64
 
-/* number of keys query row i sees under the causal rule (bottom-right aligned) */
-static size_t favor__visible(size_t i, size_t n, size_t nk)
+/* the log-sum-exp of a lane from its statistics; -inf when it saw no key */
+static float favor__softmax_lse(float m, double l)
 {
-    size_t a = i + 1 + nk;
-    if (a <= n) return 0;
-    a -= n;
-    return a < nk ? a : nk;
+    return l > 0.0 ? (float)((double)m + log(l)) : -INFINITY;
 }
 
 /* a - b as the signed base of a causal staircase (favor__gemm_stair): row r of
@@ -2783,6 +2896,108 @@ static size_t favor__visible(size_t i, size_t n, size_t nk)
 static ptrdiff_t favor__causal_base(size_t a, size_t b)
 {
     return a >= b ? (ptrdiff_t)(a - b) : -(ptrdiff_t)(b - a);
+}
+
+/* Score variants (favor_options: window, softcap, alibi, sinks). Query row i of
+ * a head of n rows against n_k keys sits at position p_i = i + n_k - n, key j at
+ * j. Which keys a row sees is one range, [lo, hi) (favor__keys): the causal
+ * rule and the window cut it, and every pass (prefill, decode, backward, the
+ * lse) asks the same function, so a tile outside every row's range is never
+ * read. The score of a visible key is
+ *     x = s q_i . k_j  ->  c tanh(x / c)  ->  - m_h |p_i - j|
+ * and a sink logit s_h joins each row's denominator when the row is finished
+ * (favor__row_end). */
+typedef struct {
+    ptrdiff_t left, right; /* the window's sides, -1: unbounded; causal: right 0 */
+    float cap;             /* softcap c, 0: none */
+    const float *alibi, *sinks;
+    size_t heads;          /* query heads of a batch element: alibi[h % heads] */
+} favor__mods;
+
+static void favor__mods_of(favor__mods *md, const favor_options *o, size_t heads)
+{
+    int win = o && (o->flags & FAVOR_WINDOW);
+    md->left = win && o->window_left >= 0 ? o->window_left : -1;
+    md->right = win && o->window_right >= 0 ? o->window_right : -1;
+    if (o && (o->flags & FAVOR_CAUSAL)) md->right = 0;
+    md->cap = o ? o->softcap : 0.0f;
+    md->alibi = o ? o->alibi : NULL;
+    md->sinks = o ? o->sinks : NULL;
+    md->heads = heads;
+}
+
+/* the keys [*lo, *hi) row i of n sees among nk (empty: *lo == *hi) */
+static void favor__keys(const favor__mods *md, size_t n, size_t nk, size_t i, size_t *lo,
+                        size_t *hi)
+{
+    ptrdiff_t p = (ptrdiff_t)(i + nk) - (ptrdiff_t)n, a = 0, b = (ptrdiff_t)nk;
+    if (md->right >= 0 && md->right < b - p) b = p + md->right + 1;
+    if (md->left >= 0 && p > md->left) a = p - md->left;
+    if (b < 0) b = 0;
+    if (a > b) a = b;
+    *lo = (size_t)a;
+    *hi = (size_t)b;
+}
+
+/* ALiBi slope and sink logit of flat query head h (0 and -inf: none) */
+static float favor__slope(const favor__mods *md, size_t h)
+{
+    return md->alibi ? md->alibi[h % md->heads] : 0.0f;
+}
+static float favor__sink(const favor__mods *md, size_t h)
+{
+    return md->sinks ? md->sinks[h % md->heads] : -INFINITY;
+}
+
+/* A row's end: its lse from the running maximum m and sum l (with the sink
+ * logit when finite), and *f, the factor of its accumulated output (0 when it
+ * saw no key: the row stays zero). Without a sink, exactly 1 / l. */
+static float favor__row_end(float m, double l, float sink, float *f)
+{
+    double M, L, e;
+    if (!(sink > -INFINITY)) {
+        *f = l > 0.0 ? (float)(1.0 / l) : 0.0f;
+        return favor__softmax_lse(m, l);
+    }
+    M = l > 0.0 && (double)m > (double)sink ? (double)m : (double)sink;
+    e = l > 0.0 ? exp((double)m - M) : 0.0;
+    L = l * e + exp((double)sink - M);
+    *f = (float)(e / L);
+    return (float)(M + log(L));
+}
+
+/* The rows [i0, i0 + nq) of a block and the keys they see */
+typedef struct {
+    size_t lo[FAVOR__BQ], hi[FAVOR__BQ]; /* each row's keys */
+    size_t beg, end;   /* the keys some row sees: [beg, end) (beg == end: none) */
+    size_t all0, all1; /* the keys every row sees: [all0, all1) when all0 < all1 */
+    size_t i0, nq;
+    ptrdiff_t p0;      /* position of row i0 */
+    float slope;
+} favor__blk;
+
+static void favor__blk_make(favor__blk *bk, const favor__mods *md, size_t n, size_t nk,
+                            size_t i0, size_t h)
+{
+    size_t r;
+    bk->i0 = i0;
+    bk->nq = n - i0 < FAVOR__BQ ? n - i0 : FAVOR__BQ;
+    bk->p0 = (ptrdiff_t)(i0 + nk) - (ptrdiff_t)n;
+    bk->slope = favor__slope(md, h);
+    bk->beg = nk;
+    bk->end = 0;
+    bk->all0 = 0;
+    bk->all1 = nk;
+    for (r = 0; r < bk->nq; ++r) {
+        favor__keys(md, n, nk, i0 + r, &bk->lo[r], &bk->hi[r]);
+        if (bk->lo[r] < bk->hi[r]) {
+            if (bk->lo[r] < bk->beg) bk->beg = bk->lo[r];
+            if (bk->hi[r] > bk->end) bk->end = bk->hi[r];
+        }
+        if (bk->lo[r] > bk->all0) bk->all0 = bk->lo[r];
+        if (bk->hi[r] < bk->all1) bk->all1 = bk->hi[r];
+    }
+    if (bk->beg >= bk->end) bk->beg = bk->end = 0;
 }
 
 /* Qt = (s Q_block)^T, d x BQ, the lanes past the nq rows zero */
@@ -2796,22 +3011,26 @@ static void favor__softmax_qt(const float *Q, size_t ldq, size_t nq, size_t d, f
     }
 }
 
-/* St = K_tile Qt (nb x BQ) for keys [j0, j0+nb) (the tile's rows at K) and
- * queries [i0, i0+BQ), with
- * the causally hidden scores at -inf */
-static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, float *St,
-                                  size_t nb, size_t d, size_t j0, size_t i0, size_t n, size_t nk,
-                                  int causal)
+/* St = K_tile Qt (nb x BQ) for keys [j0, j0 + nb) (the tile's rows at K) and
+ * the rows of bk, each score x then c tanh(x / c) (T: tanh(x / c), when not
+ * NULL) and less m_h |p_i - j|, and the keys a row does not see at -inf (lanes
+ * past the rows are left as they are) */
+static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, float *St, float *T,
+                                  size_t nb, size_t d, size_t j0, const favor__blk *bk,
+                                  const favor__mods *md)
 {
     const size_t BQ = FAVOR__BQ;
     size_t j, r;
     favor__gemm(nb, BQ, d, K, ldk, 1, Qt, BQ, St, BQ, 0);
-    if (causal && favor__visible(i0, n, nk) < j0 + nb)
-        for (j = 0; j < nb; ++j) { /* key j0+j is seen from query j0+j+n-nk on */
-            size_t first = j0 + j + n, lo;
-            lo = first <= nk + i0 ? 0 : first - nk - i0;
-            for (r = 0; r < lo && r < BQ; ++r) St[j * BQ + r] = -INFINITY;
-        }
+    if (md->cap > 0.0f)
+        for (j = 0; j < nb; ++j) favor__softcap(St + j * BQ, T ? T + j * BQ : NULL, md->cap, BQ);
+    if (bk->slope != 0.0f)
+        for (j = 0; j < nb; ++j)
+            favor__alibi(St + j * BQ, -bk->slope, (float)(bk->p0 - (ptrdiff_t)(j0 + j)), 1.0f, BQ);
+    if (bk->all0 <= j0 && j0 + nb <= bk->all1) return; /* every row sees every key */
+    for (j = 0; j < nb; ++j)
+        for (r = 0; r < bk->nq; ++r)
+            if (j0 + j < bk->lo[r] || j0 + j >= bk->hi[r]) St[j * BQ + r] = -INFINITY;
 }
 
 /* The running maximum of the online softmax, shared by the prefill and decode
@@ -2847,12 +3066,6 @@ static void favor__softmax_stats(float *St, size_t nb, float *m, double *l, floa
     for (r = 0; r < BQ; ++r) l[r] = l[r] * alpha[r] + tmp[r];
 }
 
-/* the log-sum-exp of a lane from its statistics; -inf when it saw no key */
-static float favor__softmax_lse(float m, double l)
-{
-    return l > 0.0 ? (float)((double)m + log(l)) : -INFINITY;
-}
-
 /* A softmax call: its tensors and sizes (the decode path's fields after R) */
 typedef struct {
     const favor_tensor *q, *k, *v, *o;
@@ -2860,7 +3073,7 @@ typedef struct {
     float *part;    /* decode: [g][block][row] records of d_v + 2 floats: m, l, A */
     size_t grp, n, nk, d, dv, R, nblk;
     float s;
-    int causal;
+    favor__mods md;
 } favor__sm;
 
 /* per-thread floats of the prefill: the tiles, and buffers for the 16-bit
@@ -2876,7 +3089,7 @@ static size_t favor__softmax_floats(const favor_tensor *q, const favor_tensor *k
     return a + b;
 }
 
-/* query rows [i0, i0 + BQ) of head h */
+/* query rows [i0, i0 + BQ) of head h: the key tiles they see */
 static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float *ws)
 {
     const size_t BQ = FAVOR__BQ, n = x->n, nk = x->nk, d = x->d, dv = x->dv;
@@ -2884,39 +3097,40 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
     float *Qt = ws, *St = Qt + d * BQ, *m = St + FAVOR__BK * BQ, *mc = m + BQ, *alpha = mc + BQ;
     float *tmp = alpha + BQ, *Ob = tmp + BQ, *Qb = Ob + dv * BQ;
     float *Kb = Qb + favor__io_floats(x->q, BQ), *Vb = Kb + favor__io_floats(x->k, FAVOR__BK);
-    float *lse = x->lse ? x->lse + h * n : NULL, *O;
+    float *lse = x->lse ? x->lse + h * n : NULL, *O, sink = favor__sink(&x->md, h), f;
     const float *Q, *K, *V;
     double l[FAVOR__BQ];
     size_t j0, r, ldq, ldk, ldv, ldo;
-    size_t nq = n - i0 < BQ ? n - i0 : BQ;
-    size_t kend = x->causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
-    Q = favor__in(x->q, h, i0, nq, Qb, &ldq);
-    favor__softmax_qt(Q, ldq, nq, d, x->s, Qt);
+    favor__blk bk;
+    favor__blk_make(&bk, &x->md, n, nk, i0, h);
+    Q = favor__in(x->q, h, i0, bk.nq, Qb, &ldq);
+    favor__softmax_qt(Q, ldq, bk.nq, d, x->s, Qt);
     for (r = 0; r < BQ; ++r) {
         m[r] = -INFINITY;
         l[r] = 0.0;
     }
     O = favor__out(x->o, h, i0, Ob, &ldo);
-    for (r = 0; r < nq; ++r) memset(O + r * ldo, 0, dv * sizeof(float));
-    for (j0 = 0; j0 < kend; j0 += FAVOR__BK) {
-        size_t nb = kend - j0 < FAVOR__BK ? kend - j0 : FAVOR__BK;
+    for (r = 0; r < bk.nq; ++r) memset(O + r * ldo, 0, dv * sizeof(float));
+    for (j0 = bk.beg; j0 < bk.end; j0 += FAVOR__BK) {
+        size_t nb = bk.end - j0 < FAVOR__BK ? bk.end - j0 : FAVOR__BK;
         K = favor__in(x->k, g, j0, nb, Kb, &ldk);
         V = favor__in(x->v, g, j0, nb, Vb, &ldv);
-        favor__softmax_scores(K, ldk, Qt, St, nb, d, j0, i0, n, nk, x->causal);
+        favor__softmax_scores(K, ldk, Qt, St, NULL, nb, d, j0, &bk, &x->md);
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
-        for (r = 0; r < nq; ++r)
+        for (r = 0; r < bk.nq; ++r)
             if (alpha[r] != 1.0f) favor__scal(O + r * ldo, alpha[r], dv);
-        if (x->causal) /* row r takes keys j0 + j < visible(i0 + r) */
-            favor__gemm_stair(nq, dv, nb, 0, favor__causal_base(i0 + 1 + nk, n + j0), St, 1,
+        if (x->md.right == 0) /* causal: row r takes keys j0 + j < hi(i0 + r) */
+            favor__gemm_stair(bk.nq, dv, nb, 0, favor__causal_base(i0 + 1 + nk, n + j0), St, 1,
                               BQ, V, ldv, O, ldo);
         else
-            favor__gemm(nq, dv, nb, St, 1, BQ, V, ldv, O, ldo, 1);
+            favor__gemm(bk.nq, dv, nb, St, 1, BQ, V, ldv, O, ldo, 1);
     }
-    for (r = 0; r < nq; ++r) { /* a row that saw no key stays zero */
-        if (l[r] > 0.0) favor__scal(O + r * ldo, (float)(1.0 / l[r]), dv);
-        if (lse) lse[i0 + r] = favor__softmax_lse(m[r], l[r]);
+    for (r = 0; r < bk.nq; ++r) { /* a row that saw no key stays zero */
+        float e = favor__row_end(m[r], l[r], sink, &f);
+        if (f != 1.0f) favor__scal(O + r * ldo, f, dv);
+        if (lse) lse[i0 + r] = e;
     }
-    favor__out_done(x->o, h, i0, nq, O, ldo);
+    favor__out_done(x->o, h, i0, bk.nq, O, ldo);
 }
 
 /* Decode: few query rows against a long cache. A call with at most
@@ -2969,21 +3183,38 @@ static size_t favor__decode_floats(favor__dec *x, size_t hkv, size_t nt, size_t 
     return all;
 }
 
-/* work item (g, b): the partials of block b of key/value head g; ws: R (d + BK)
- * and the tile buffers of 16-bit K, V (after the merge's row) */
+/* the keys [*a, *b) of the tile [j0, j0 + nb) decode row i sees, from 0 */
+static void favor__tile_keys(const favor__dec *x, size_t i, size_t j0, size_t nb, size_t *a,
+                             size_t *b)
+{
+    size_t lo, hi;
+    favor__keys(&x->md, x->n, x->nk, i, &lo, &hi);
+    *a = lo <= j0 ? 0 : lo - j0 < nb ? lo - j0 : nb;
+    *b = hi <= j0 ? 0 : hi - j0 < nb ? hi - j0 : nb;
+    if (*a > *b) *a = *b;
+}
+
+/* work item (g, b): the partials of block b of key/value head g, over the tiles
+ * of the keys its rows see; ws: R (d + BK) and the tile buffers of 16-bit K, V
+ * (after the merge's row) */
 static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *ws)
 {
     const size_t R = x->R, d = x->d, dv = x->dv, BK = FAVOR__BK, rec = dv + 2;
     float *Qs = ws, *S = ws + R * d, *P = x->part + (g * x->nblk + b) * R * rec;
     float *Kb = S + R * BK + dv, *Vb = Kb + favor__io_floats(x->k, BK);
-    size_t j0 = b * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv;
+    size_t j0 = b * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv, lo, hi, beg, end;
     size_t esk = favor_dtype_size(x->k->dtype), esv = favor_dtype_size(x->v->dtype);
     /* few rows read K and V in their own types (a tile widened once would cost
      * as much as the bytes a 16-bit cache saves); more rows share a widened tile */
     const int direct = R <= FAVOR__DEC_DIRECT;
     favor_dtype tk = direct ? x->k->dtype : FAVOR_F32, tv = direct ? x->v->dtype : FAVOR_F32;
     if (jend - j0 > FAVOR__DEC_BLOCK) jend = j0 + FAVOR__DEC_BLOCK;
-    for (i = 0; i < x->n; ++i)
+    beg = jend;
+    end = j0;
+    for (i = 0; i < x->n; ++i) {
+        favor__keys(&x->md, x->n, x->nk, i, &lo, &hi);
+        if (lo < hi && lo < beg) beg = lo;
+        if (lo < hi && hi > end) end = hi;
         for (t = 0; t < x->grp; ++t) {
             r = i * x->grp + t;
             favor__widen_rows(x->q, g * x->grp + t, i, 1, Qs + r * d, d);
@@ -2991,8 +3222,11 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             P[r * rec] = -INFINITY;
             memset(P + r * rec + 1, 0, (dv + 1) * sizeof(float));
         }
+    }
+    if (beg > j0) j0 = beg; /* the tiles of the keys some row sees */
+    if (end < jend) jend = end;
     for (; j0 < jend; j0 += BK) {
-        size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1, next = j0 + nb;
+        size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1, next = j0 + nb, ka, kb;
         const void *K, *V;
         favor__ahead ahead; /* the next tile's keys and values (the next block's
                                first, which is this thread's next item when it
@@ -3014,31 +3248,37 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
         ahead.a_bytes = d * esk;
         ahead.b_bytes = dv * esv;
         for (i = 0; i < x->n; ++i) {
-            size_t vis = x->causal ? favor__visible(i, x->n, x->nk) : x->nk;
-            size_t kv = vis <= j0 ? 0 : vis - j0 < nb ? vis - j0 : nb; /* keys row i sees */
-            full &= kv == nb;
+            ptrdiff_t pj = (ptrdiff_t)(i + x->nk) - (ptrdiff_t)(x->n + j0); /* p_i - j0 */
+            const void *Ka, *Va;
+            favor__tile_keys(x, i, j0, nb, &ka, &kb);
+            full &= ka == 0 && kb == nb;
+            Ka = direct ? favor__at(x->k, g, j0 + ka) : (const void *)((const float *)K + ka * ldk);
+            Va = direct ? favor__at(x->v, g, j0 + ka) : NULL;
             for (r = i * x->grp; r < (i + 1) * x->grp; ++r) {
                 float *Sr = S + r * BK, *pr = P + r * rec, alpha, mc;
-                favor__dots_as(tk, Qs + r * d, d, K, ldk, kv, Sr, r ? NULL : &ahead);
-                for (j = kv; j < nb; ++j) Sr[j] = -INFINITY;
+                float slope = favor__slope(&x->md, g * x->grp + r % x->grp);
+                favor__dots_as(tk, Qs + r * d, d, Ka, ldk, kb - ka, Sr + ka, r ? NULL : &ahead);
+                for (j = 0; j < ka; ++j) Sr[j] = -INFINITY;
+                for (j = kb; j < nb; ++j) Sr[j] = -INFINITY;
+                if (x->md.cap > 0.0f) favor__softcap(Sr + ka, NULL, x->md.cap, kb - ka);
+                if (slope != 0.0f) favor__alibi(Sr + ka, -slope, (float)(pj - (ptrdiff_t)ka), -1.0f, kb - ka);
                 mc = favor__online_max(pr, favor__maxval(Sr, nb), &alpha);
                 favor__exp_add(Sr, Sr, -mc, nb);
                 alpha = favor__s_exp(alpha);
                 pr[1] = pr[1] * alpha + favor__sum(Sr, nb);
                 if (alpha != 1.0f) favor__scal(pr + 2, alpha, dv);
-                if (direct && kv) favor__pv_as(tv, pr + 2, Sr, kv, V, ldv, dv);
+                if (direct && kb > ka) favor__pv_as(tv, pr + 2, Sr + ka, kb - ka, Va, ldv, dv);
             }
         }
         if (direct) continue;
         if (full)
             favor__gemm(R, dv, nb, S, BK, 1, (const float *)V, ldv, P + 2, rec, 1);
-        else /* causal: each position's rows take only the keys they see */
+        else /* each position's rows take only the keys they see */
             for (i = 0; i < x->n; ++i) {
-                size_t vis = favor__visible(i, x->n, x->nk);
-                size_t kv = vis <= j0 ? 0 : vis - j0 < nb ? vis - j0 : nb;
-                if (kv)
-                    favor__gemm(x->grp, dv, kv, S + i * x->grp * BK, BK, 1, (const float *)V,
-                                ldv, P + i * x->grp * rec + 2, rec, 1);
+                favor__tile_keys(x, i, j0, nb, &ka, &kb);
+                if (kb > ka)
+                    favor__gemm(x->grp, dv, kb - ka, S + i * x->grp * BK + ka, BK, 1,
+                                (const float *)V + ka * ldv, ldv, P + i * x->grp * rec + 2, rec, 1);
             }
     }
 }
@@ -3051,21 +3291,23 @@ static void favor__decode_merge(const favor__dec *x, size_t g, size_t r, float *
     const float *P = x->part + g * x->nblk * stride + r * rec;
     size_t i = r / x->grp, h = g * x->grp + r % x->grp, b, ldo;
     float *o = favor__out(x->o, h, i, ws + x->R * (x->d + FAVOR__BK), &ldo), M = -INFINITY, Mc;
+    float f, e;
     double L = 0.0;
     for (b = 0; b < x->nblk; ++b) M = favor__s_max(P[b * stride], M);
     Mc = favor__s_max(M, -FLT_MAX);
     memset(o, 0, x->dv * sizeof(float));
     for (b = 0; b < x->nblk; ++b) {
         const float *p = P + b * stride;
-        float f;
+        float fb;
         if (p[1] == 0.0f) continue; /* the row saw no key of this block */
-        f = favor__s_exp(p[0] - Mc);
-        L += (double)p[1] * f;
-        favor__axpy(o, f, p + 2, x->dv);
+        fb = favor__s_exp(p[0] - Mc);
+        L += (double)p[1] * fb;
+        favor__axpy(o, fb, p + 2, x->dv);
     }
-    if (L > 0.0) favor__scal(o, (float)(1.0 / L), x->dv); /* no key seen: stays zero */
+    e = favor__row_end(M, L, favor__sink(&x->md, h), &f);
+    if (L > 0.0) favor__scal(o, f, x->dv); /* no key seen: stays zero */
     favor__out_done(x->o, h, i, 1, o, ldo);
-    if (x->lse) x->lse[h * x->n + i] = favor__softmax_lse(M, L);
+    if (x->lse) x->lse[h * x->n + i] = e;
 }
 
 /* Fill x for a call (sizes of valid q, k, v); the decode path applies when it
@@ -3081,7 +3323,7 @@ static int favor__decode_plan(favor__dec *x, const favor_tensor *q, const favor_
     x->d = q->cols;
     x->dv = v->cols;
     x->grp = q->heads / k->heads;
-    x->causal = opts && (opts->flags & FAVOR_CAUSAL);
+    favor__mods_of(&x->md, opts, q->heads);
     return x->n <= FAVOR__DEC_ROWS;
 }
 
@@ -3095,6 +3337,7 @@ static int favor__query_ok(const favor_features *f, int with_f, const favor_tens
     favor__range r;
     if ((with_f && favor__check_features(f, &w) != FAVOR_OK) ||
         favor__check_options(opts) != FAVOR_OK ||
+        (with_f && favor__check_no_mods(opts, &w) != FAVOR_OK) ||
         favor__check_tensor(q, "q", &w, &r) != FAVOR_OK ||
         favor__check_tensor(k, "k", &w, &r) != FAVOR_OK ||
         favor__check_tensor(v, "v", &w, &r) != FAVOR_OK)
@@ -3137,6 +3380,7 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     favor__why w = favor__why_of(opts);
     if ((st = favor__check_qkvo(q, k, v, out, &sh, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if ((st = favor__check_mods(opts, q->heads, 0, &sh)) != FAVOR_OK) return st;
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
     s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
@@ -3475,6 +3719,7 @@ static favor_status favor__check_linear(const favor_features *f, const favor_ten
     if ((st = favor__check_qkvo(q, k, v, out, sh, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_features(f, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if ((st = favor__check_no_mods(opts, &w)) != FAVOR_OK) return st;
     if ((st = favor__same(&w, "q", "cols", sh->d, "f", f->dim)) != FAVOR_OK) return st;
     if (f->w) {
         sh->other[sh->nother++] = favor__range_of(f->w, f->count * f->dim * sizeof(float));
@@ -4370,29 +4615,30 @@ static size_t favor__softmax_bwd_floats(size_t d, size_t dv)
     size_t a, b;
     if (!favor__add_ok(d, dv, &a) || !favor__add_ok(a, d, &a) || !favor__mul_ok(a, FAVOR__BQ, &a))
         return 0;
-    b = 2 * FAVOR__BK * FAVOR__BQ + 6 * FAVOR__BQ;
+    b = 3 * FAVOR__BK * FAVOR__BQ + 6 * FAVOR__BQ;
     return favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
 }
 
-/* The lse of nq query rows (Qt: favor__softmax_qt) over the keys [0, kend) they
- * see, with the forward's running statistics. */
-static void favor__softmax_bwd_lse(const float *Qt, const float *K, size_t ldk, size_t n,
-                                   size_t nk, size_t d, int causal, size_t i0, size_t nq,
-                                   size_t kend, float *St, float *m, float *alpha, float *mc,
-                                   float *tmp, float *L)
+/* The lse of the rows of bk (Qt: favor__softmax_qt) over the keys they see,
+ * with the forward's running statistics and sink. */
+static void favor__softmax_bwd_lse(const float *Qt, const float *K, size_t ldk, size_t d,
+                                   const favor__blk *bk, const favor__mods *md, float sink,
+                                   float *St, float *m, float *alpha, float *mc, float *tmp,
+                                   float *L)
 {
     double l[FAVOR__BQ];
     size_t j0, r;
+    float f;
     for (r = 0; r < FAVOR__BQ; ++r) {
         m[r] = -INFINITY;
         l[r] = 0.0;
     }
-    for (j0 = 0; j0 < kend; j0 += FAVOR__BK) {
-        size_t nb = kend - j0 < FAVOR__BK ? kend - j0 : FAVOR__BK;
-        favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, nb, d, j0, i0, n, nk, causal);
+    for (j0 = bk->beg; j0 < bk->end; j0 += FAVOR__BK) {
+        size_t nb = bk->end - j0 < FAVOR__BK ? bk->end - j0 : FAVOR__BK;
+        favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, NULL, nb, d, j0, bk, md);
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
     }
-    for (r = 0; r < nq; ++r) L[r] = favor__softmax_lse(m[r], l[r]);
+    for (r = 0; r < bk->nq; ++r) L[r] = favor__row_end(m[r], l[r], sink, &f);
 }
 
 /* Key parts of a softmax backward: a query block's dQ is summed part by part (a
@@ -4408,40 +4654,45 @@ static size_t favor__softmax_bwd_kp(size_t nk)
     return kp > 8 * FAVOR__BK ? kp : 8 * FAVOR__BK;
 }
 
-/* The keys query rows [i0, i0 + nq) see: [0, the return) */
-static size_t favor__softmax_bwd_kend(size_t n, size_t nk, int causal, size_t i0)
-{
-    size_t nq = n - i0 < FAVOR__BQ ? n - i0 : FAVOR__BQ;
-    return causal ? favor__visible(i0 + nq - 1, n, nk) : nk;
-}
-
 /* Where favor__softmax_bwd_rows leaves L (BQ floats) in its workspace ws */
 static float *favor__softmax_bwd_L(float *ws, size_t d, size_t dv)
 {
     return ws + (d + dv) * FAVOR__BQ + 2 * FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ;
 }
 
-/* Query rows [i0, i0 + BQ) of one query head, into ws (favor__softmax_bwd_floats):
- * Qt, Gt (lanes without a row zero), D_r = dout_r . out_r, and L, each lane's lse
- * (read from lse, ldl apart, or computed over the keys the rows see); +inf in a
- * lane without a row or without a key, so that its P is 0. */
-static void favor__softmax_bwd_rows(const float *Q, size_t ldq, const float *K, size_t ldk,
-                                    const float *O, size_t ldo, const float *G, size_t ldg,
-                                    const float *lse, size_t ldl, size_t n, size_t nk, size_t d,
-                                    size_t dv, float s, int causal, size_t i0, float *ws)
+/* The parts [*p0, *p1) of a query block's keys (bk), kp keys each; one when
+ * the block sees no key (its rows still give their D and the sink's share) */
+static void favor__softmax_bwd_parts(const favor__blk *bk, size_t kp, size_t *p0, size_t *p1)
+{
+    *p0 = bk->beg / kp;
+    *p1 = bk->end > bk->beg ? (bk->end + kp - 1) / kp : *p0 + 1; /* at least one */
+}
+
+/* Query rows [i0, i0 + BQ) of one query head (flat head h), into ws
+ * (favor__softmax_bwd_floats): Qt, Gt (lanes without a row zero), D_r = dout_r .
+ * out_r, and L, each lane's lse (read from lse, ldl apart, or computed over the
+ * keys the rows see); +inf in a lane without a row or without a key, so that
+ * its P is 0. Returns the block's share of the sink's gradient, -sum_r
+ * exp(sink - L_r) D_r (0 without a sink). */
+static double favor__softmax_bwd_rows(const float *Q, size_t ldq, const float *K, size_t ldk,
+                                      const float *O, size_t ldo, const float *G, size_t ldg,
+                                      const float *lse, size_t ldl, size_t n, size_t nk,
+                                      size_t d, size_t dv, float s, const favor__mods *md,
+                                      size_t h, size_t i0, float *ws)
 {
     const size_t BQ = FAVOR__BQ, BK = FAVOR__BK;
     float *Qt = ws, *Gt = Qt + d * BQ, *St = Gt + dv * BQ;
     float *m = St + 2 * BK * BQ, *mc = m + BQ, *alpha = mc + BQ, *tmp = alpha + BQ;
-    float *L = favor__softmax_bwd_L(ws, d, dv), *D = L + BQ;
+    float *L = favor__softmax_bwd_L(ws, d, dv), *D = L + BQ, sink = favor__sink(md, h);
     size_t r, c, nq = n - i0 < BQ ? n - i0 : BQ;
+    double ds = 0.0;
     favor__softmax_qt(Q + i0 * ldq, ldq, nq, d, s, Qt);
     if (lse) {
         for (r = 0; r < nq; ++r) L[r] = lse[(i0 + r) * ldl];
     } else {
-        favor__softmax_bwd_lse(Qt, K, ldk, n, nk, d, causal, i0, nq,
-                               favor__softmax_bwd_kend(n, nk, causal, i0), St, m, alpha, mc,
-                               tmp, L);
+        favor__blk bk;
+        favor__blk_make(&bk, md, n, nk, i0, h);
+        favor__softmax_bwd_lse(Qt, K, ldk, d, &bk, md, sink, St, m, alpha, mc, tmp, L);
     }
     for (r = 0; r < BQ; ++r)
         if (r >= nq || L[r] == -INFINITY) L[r] = INFINITY;
@@ -4450,32 +4701,39 @@ static void favor__softmax_bwd_rows(const float *Q, size_t ldq, const float *K, 
         for (r = nq; r < BQ; ++r) Gt[c * BQ + r] = 0.0f;
     for (r = 0; r < BQ; ++r)
         D[r] = r < nq ? favor__dot(G + (i0 + r) * ldg, O + (i0 + r) * ldo, dv) : 0.0f;
+    if (sink > -INFINITY)
+        for (r = 0; r < nq; ++r) ds -= exp((double)sink - (double)L[r]) * (double)D[r];
+    return ds;
 }
 
-/* The rows of favor__softmax_bwd_rows (in ws) against the key tiles from kb0 (a
- * multiple of BK, below the keys the rows see) to kb1 of their key/value head:
- * adds to dK and dV rows [kb0, kb1), and writes the rows' dQ over these keys to
- * DQP (ldp apart) */
+/* The rows of favor__softmax_bwd_rows (in ws; flat head h) against the key tiles
+ * from kb0 (a multiple of kp) to kb1 of their key/value head, within the keys
+ * the rows see: adds to dK and dV rows [kb0, kb1), and writes the rows' dQ over
+ * these keys to DQP (ldp apart) */
 static void favor__softmax_bwd_keys(const float *Q, size_t ldq, const float *K, size_t ldk,
                                     const float *V, size_t ldv, const float *G, size_t ldg,
                                     float *DQP, size_t ldp, float *DK, size_t lddk, float *DV,
                                     size_t lddv, size_t n, size_t nk, size_t d, size_t dv, float s,
-                                    int causal, size_t i0, size_t kb0, size_t kb1, float *ws)
+                                    const favor__mods *md, size_t h, size_t i0, size_t kb0,
+                                    size_t kb1, float *ws)
 {
     const size_t BQ = FAVOR__BQ, BK = FAVOR__BK;
     float *Gt = ws + d * BQ, *St = Gt + dv * BQ, *dPt = St + BK * BQ;
-    float *L = favor__softmax_bwd_L(ws, d, dv), *D = L + BQ;
-    size_t j0, r, nq = n - i0 < BQ ? n - i0 : BQ;
-    size_t kend = favor__softmax_bwd_kend(n, nk, causal, i0);
-    for (r = 0; r < nq; ++r) memset(DQP + r * ldp, 0, d * sizeof(float));
-    if (kend > kb1) kend = kb1;
-    for (j0 = kb0; j0 < kend; j0 += BK) {
-        size_t j, nb = kend - j0 < BK ? kend - j0 : BK;
-        favor__softmax_scores(K + j0 * ldk, ldk, ws, St, nb, d, j0, i0, n, nk, causal);
+    float *L = favor__softmax_bwd_L(ws, d, dv), *D = L + BQ, *T = D + BQ;
+    float *Tt = md->cap > 0.0f ? T : NULL;
+    size_t j0, r, kend;
+    favor__blk bk;
+    favor__blk_make(&bk, md, n, nk, i0, h);
+    for (r = 0; r < bk.nq; ++r) memset(DQP + r * ldp, 0, d * sizeof(float));
+    kend = bk.end < kb1 ? bk.end : kb1;
+    for (j0 = kb0 > bk.beg ? kb0 : bk.beg; j0 < kend; j0 += BK) {
+        size_t j, nb = kend - j0 < BK ? kend - j0 : BK, nq = bk.nq;
+        favor__softmax_scores(K + j0 * ldk, ldk, ws, St, Tt, nb, d, j0, &bk, md);
         for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, L, BQ); /* P^T */
         favor__gemm(nb, BQ, dv, V + j0 * ldv, ldv, 1, Gt, BQ, dPt, BQ, 0);
         for (j = 0; j < nb; ++j) favor__dsoftmax(dPt + j * BQ, St + j * BQ, D, s, BQ);
-        if (causal) { /* query row r and key j0 + j meet only when r sees the key */
+        if (Tt) favor__dtanh(dPt, Tt, nb * BQ);
+        if (md->right == 0) { /* query row r and key j0 + j meet only when r sees the key */
             ptrdiff_t rows = favor__causal_base(i0 + 1 + nk, n + j0);
             ptrdiff_t keys = favor__causal_base(j0 + n, nk + i0);
             favor__gemm_stair(nb, dv, nq, 1, keys, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv,
@@ -4538,29 +4796,31 @@ typedef struct {
     const float *lse; /* [hq][n], or NULL: each block recomputes its rows' */
     int in_dq;        /* without lse: the split keeps it in column 0 of dq's rows */
     float s;
-    int causal;
+    favor__mods md;
+    double *dsink;    /* with opts->dsinks: one sum per flat query head, or NULL */
 } favor__sbp;
 
 /* favor__softmax_bwd_rows for block i0 of query head t of the group x (flat query
- * head h) */
+ * head h); with sink: its share of dL/dsink added to the head's sum */
 static void favor__sbv_rows(const favor__sbv *x, const favor__sbp *bp, size_t t, size_t h,
-                            size_t i0, float *ws)
+                            size_t i0, int sink, float *ws)
 {
     const favor__shape *sh = bp->sh;
     const float *DQ = (const float *)x->DQ.data + t * x->DQ.head_stride;
-    favor__softmax_bwd_rows((const float *)x->Q.data + t * x->Q.head_stride, x->Q.row_stride,
-                            (const float *)x->K.data, x->K.row_stride,
-                            (const float *)x->O.data + t * x->O.head_stride, x->O.row_stride,
-                            (const float *)x->G.data + t * x->G.head_stride, x->G.row_stride,
-                            bp->lse ? bp->lse + h * sh->n : bp->in_dq ? DQ : NULL,
-                            bp->lse ? 1 : x->DQ.row_stride, sh->n, sh->nk, sh->d, sh->dv, bp->s,
-                            bp->causal, i0, ws);
+    double ds = favor__softmax_bwd_rows(
+        (const float *)x->Q.data + t * x->Q.head_stride, x->Q.row_stride,
+        (const float *)x->K.data, x->K.row_stride,
+        (const float *)x->O.data + t * x->O.head_stride, x->O.row_stride,
+        (const float *)x->G.data + t * x->G.head_stride, x->G.row_stride,
+        bp->lse ? bp->lse + h * sh->n : bp->in_dq ? DQ : NULL, bp->lse ? 1 : x->DQ.row_stride,
+        sh->n, sh->nk, sh->d, sh->dv, bp->s, &bp->md, h, i0, ws);
+    if (sink && bp->dsink) bp->dsink[h] += ds;
 }
 
-/* favor__softmax_bwd_keys for block i0 of query head t of the group x, the key
- * part from kb0, its dQ into P (d apart) */
-static void favor__sbv_keys(const favor__sbv *x, const favor__sbp *bp, size_t t, size_t i0,
-                            size_t kb0, float *P, float *ws)
+/* favor__softmax_bwd_keys for block i0 of query head t of the group x (flat query
+ * head h), the key part from kb0, its dQ into P (d apart) */
+static void favor__sbv_keys(const favor__sbv *x, const favor__sbp *bp, size_t t, size_t h,
+                            size_t i0, size_t kb0, float *P, float *ws)
 {
     const favor__shape *sh = bp->sh;
     favor__softmax_bwd_keys(
@@ -4568,7 +4828,8 @@ static void favor__sbv_keys(const favor__sbv *x, const favor__sbp *bp, size_t t,
         (const float *)x->K.data, x->K.row_stride, (const float *)x->V.data, x->V.row_stride,
         (const float *)x->G.data + t * x->G.head_stride, x->G.row_stride, P, sh->d,
         (float *)x->GK.data, x->GK.row_stride, (float *)x->GV.data, x->GV.row_stride, sh->n,
-        sh->nk, sh->d, sh->dv, bp->s, bp->causal, i0, kb0, kb0 + favor__softmax_bwd_kp(sh->nk), ws);
+        sh->nk, sh->d, sh->dv, bp->s, &bp->md, h, i0, kb0, kb0 + favor__softmax_bwd_kp(sh->nk),
+        ws);
 }
 
 /* row r of block i0 of query head t's dQ in the group x */
@@ -4597,7 +4858,7 @@ static void favor__softmax_bwd_head(const favor_tensor *q, const favor_tensor *k
                                     const favor__sbp *bp, size_t hk, float *ws)
 {
     const favor__shape *sh = bp->sh;
-    size_t grp = sh->hq / sh->hkv, kp = favor__softmax_bwd_kp(sh->nk), t, i0, j0, r;
+    size_t grp = sh->hq / sh->hkv, kp = favor__softmax_bwd_kp(sh->nk), t, i0, r;
     size_t tiles = favor__softmax_bwd_floats(sh->d, sh->dv);
     float *P = ws + tiles - sh->d * FAVOR__BQ;
     favor__sbv x;
@@ -4605,12 +4866,14 @@ static void favor__softmax_bwd_head(const favor_tensor *q, const favor_tensor *k
     favor__sbv_zero_keys(&x, sh, 0, sh->nk);
     for (t = 0; t < grp; ++t)
         for (i0 = 0; i0 < sh->n; i0 += FAVOR__BQ) {
-            size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ;
-            size_t kend = favor__softmax_bwd_kend(sh->n, sh->nk, bp->causal, i0);
-            favor__sbv_rows(&x, bp, t, hk * grp + t, i0, ws);
+            size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ, p, p0, p1;
+            favor__blk bk;
+            favor__blk_make(&bk, &bp->md, sh->n, sh->nk, i0, hk * grp + t);
+            favor__softmax_bwd_parts(&bk, kp, &p0, &p1);
+            favor__sbv_rows(&x, bp, t, hk * grp + t, i0, 1, ws);
             for (r = 0; r < nq; ++r) memset(favor__sbv_dq(&x, t, i0, r), 0, sh->d * sizeof(float));
-            for (j0 = 0; j0 < kend; j0 += kp) {
-                favor__sbv_keys(&x, bp, t, i0, j0, P, ws);
+            for (p = p0; p < p1; ++p) {
+                favor__sbv_keys(&x, bp, t, hk * grp + t, i0, p * kp, P, ws);
                 for (r = 0; r < nq; ++r) favor__vadd(favor__sbv_dq(&x, t, i0, r), P + r * sh->d, sh->d);
             }
         }
@@ -4656,17 +4919,26 @@ static size_t favor__softmax_bwd_plan(const favor_tensor *q, const favor_tensor 
     return all <= SIZE_MAX / sizeof(float) ? all : 0;
 }
 
+/* Floats of a backward's per-head sums of dL/dsink (doubles, at an even float)
+ * when opts asks for dsinks; 0 otherwise. hq: the flat query heads. */
+static size_t favor__dsink_floats(const favor_options *opts, size_t hq)
+{
+    return opts && opts->sinks && opts->dsinks && hq <= SIZE_MAX / 4 ? 2 * hq + 1 : 0;
+}
+
 FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *q,
                                                             const favor_tensor *k,
                                                             const favor_tensor *v,
                                                             const favor_options *opts)
 {
-    size_t slice, stg, stage_at, part_at;
+    size_t slice, stg, stage_at, part_at, all;
     int split;
     if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
-    return favor__ws_bytes(favor__softmax_bwd_plan(q, k, v, q, q, q, k, v, favor__any16(q, k, v),
-                                                   favor__nthreads(opts), &split, &slice, &stg,
-                                                   &stage_at, &part_at));
+    all = favor__softmax_bwd_plan(q, k, v, q, q, q, k, v, favor__any16(q, k, v),
+                                  favor__nthreads(opts), &split, &slice, &stg, &stage_at,
+                                  &part_at);
+    if (!all || !favor__add_ok(all, favor__dsink_floats(opts, favor__nheads(q)), &all)) return 0;
+    return favor__ws_bytes(all);
 }
 
 /* The split softmax backward (see 4.12): widen every head's 16-bit inputs; the
@@ -4719,7 +4991,7 @@ static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tens
                 size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ, r;
                 favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, h / grp, 0,
                                 stage + (h / grp) * stg);
-                favor__sbv_rows(&x, &own, h % grp, h, i0, mine);
+                favor__sbv_rows(&x, &own, h % grp, h, i0, 0, mine);
                 for (r = 0; r < nq; ++r) favor__sbv_dq(&x, h % grp, i0, r)[0] = L[r];
             }
         }
@@ -4733,16 +5005,21 @@ static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tens
         }
         for (step = 0; step < grp * blocks; ++step) { /* every thread, in step */
             size_t t = step / blocks, i0 = (step % blocks) * FAVOR__BQ;
-            size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ;
-            size_t np = (favor__softmax_bwd_kend(sh->n, sh->nk, bp->causal, i0) + kp - 1) / kp;
+            size_t nq = sh->n - i0 < FAVOR__BQ ? sh->n - i0 : FAVOR__BQ, p0, p1, np;
+            favor__blk bk; /* the parts of head t's block (the same for every g: the
+                              window and causality do not depend on the head) */
+            favor__blk_make(&bk, &bp->md, sh->n, sh->nk, i0, t);
+            favor__softmax_bwd_parts(&bk, kp, &p0, &p1);
+            np = p1 - p0;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
             for (it = 0; it < (long)(sh->hkv * np); ++it) {
-                size_t g = (size_t)it / np, p = (size_t)it % np;
+                size_t g = (size_t)it / np, p = p0 + (size_t)it % np;
                 favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
-                favor__sbv_rows(&x, bp, t, g * grp + t, i0, mine);
-                favor__sbv_keys(&x, bp, t, i0, p * kp, part + (g * FAVOR__SBP + p) * pf, mine);
+                favor__sbv_rows(&x, bp, t, g * grp + t, i0, p == p0, mine);
+                favor__sbv_keys(&x, bp, t, g * grp + t, i0, p * kp,
+                                part + (g * FAVOR__SBP + p) * pf, mine);
             }
 #ifdef _OPENMP
 #pragma omp for schedule(static)
@@ -4753,7 +5030,7 @@ static void favor__softmax_bwd_split_run(const favor_tensor *q, const favor_tens
                 favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
                 row = favor__sbv_dq(&x, t, i0, r);
                 memset(row, 0, sh->d * sizeof(float));
-                for (p = 0; p < np; ++p)
+                for (p = p0; p < p1; ++p)
                     favor__vadd(row, part + (g * FAVOR__SBP + p) * pf + r * sh->d, sh->d);
             }
         }
@@ -4789,17 +5066,25 @@ FAVOR_API favor_status favor_softmax_attention_backward(
     if ((st = favor__check_backward(q, k, v, out, dout, dq, dk, dv, 1, &sh, &w)) != FAVOR_OK)
         return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if ((st = favor__check_mods(opts, q->heads, 1, &sh)) != FAVOR_OK) return st;
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
     if (!(floats = favor__softmax_bwd_plan(q, k, v, out, dout, dq, dk, dv, 0, nt, &split, &slice,
-                                           &stg, &stage_at, &part_at)))
+                                           &stg, &stage_at, &part_at)) ||
+        !favor__add_ok(floats, favor__dsink_floats(opts, sh.hq), &floats))
         return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     bp.sh = &sh;
     bp.lse = opts ? opts->lse : NULL;
     bp.in_dq = 0;
     bp.s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
-    bp.causal = opts && (opts->flags & FAVOR_CAUSAL);
+    favor__mods_of(&bp.md, opts, q->heads);
+    bp.dsink = NULL;
+    if (favor__dsink_floats(opts, sh.hq)) { /* after the rest, at an even float */
+        size_t at = floats - favor__dsink_floats(opts, sh.hq);
+        bp.dsink = (double *)(void *)(ws + at + (at & 1));
+        memset(bp.dsink, 0, sh.hq * sizeof(double));
+    }
     if (split) {
         favor__softmax_bwd_split_run(q, k, v, out, dout, dq, dk, dv, &bp, ws, slice,
                                      ws + stage_at, stg, ws + part_at, nt);
@@ -4810,6 +5095,14 @@ FAVOR_API favor_status favor_softmax_attention_backward(
         for (g = 0; g < (long)sh.hkv; ++g)
             favor__softmax_bwd_head(q, k, v, out, dout, dq, dk, dv, &bp, (size_t)g,
                                     ws + FAVOR__TID() * slice);
+    }
+    if (bp.dsink) { /* dL/dsink_h: the sums of its heads, batch element by element */
+        size_t h, b;
+        for (h = 0; h < q->heads; ++h) {
+            double a = 0.0;
+            for (b = 0; b < sh.hq / q->heads; ++b) a += bp.dsink[b * q->heads + h];
+            opts->dsinks[h] = (float)a;
+        }
     }
     favor__ws_put(owned);
     return FAVOR_OK;
@@ -5766,6 +6059,7 @@ FAVOR_API favor_status favor_linear_attention_backward(
         return st;
     if ((st = favor__check_features(f, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if ((st = favor__check_no_mods(opts, &w)) != FAVOR_OK) return st;
     if ((st = favor__same(&w, "q", "cols", sh.d, "f", f->dim)) != FAVOR_OK) return st;
     if (f->w) {
         int i;

@@ -992,7 +992,7 @@ static void test_decode_validation(void **state)
         o2.scale = (float)NAN;
         REFUSED(FAVOR_E_ARG, &Q.t, &K.t, &V.t, &O.t, &o2, "scale NaN");
         o2 = opt;
-        o2.flags = 2u;
+        o2.flags = 4u;
         REFUSED(FAVOR_E_ARG, &Q.t, &K.t, &V.t, &O.t, &o2, "unknown flag");
         o2 = opt;
         o2.threads = -1;

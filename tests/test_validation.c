@@ -446,7 +446,7 @@ static void check_options(op_kind op)
     favor_tensor t[4];
     favor_options o;
     const float bad_scales[4] = {-1.0f, -1e-30f, (float)NAN, (float)INFINITY};
-    const unsigned bad_flags[4] = {2u, 4u, 0x100u, 0x80000000u};
+    const unsigned bad_flags[4] = {4u, 8u, 0x100u, 0x80000000u};
     size_t i;
     if (op == OP_STEP) return;
     op_tensors(op, t);
