@@ -159,6 +159,25 @@
  * once per key/value head; the keys are cut into fixed blocks of 512 whose
  * partial results merge in block order. Same results within the same bounds.
  *
+ * MERGING. favor_attention_merge combines two softmax results of the same
+ * queries over disjoint key sets (a shared prefix cache and each sequence's own
+ * keys in cascade decoding, a cache split across calls or machines) into the
+ * result over their union, exactly, from each part's output and lse: per row,
+ * with M = max(lse_a, lse_b) and w_x = exp(lse_x - M), out = (w_a out_a +
+ * w_b out_b) / (w_a + w_b) and lse = M + log(w_a + w_b). A part whose lse is
+ * -inf saw no key: the row is the other part's, bit for bit (a 16-bit row
+ * widened, then rounded once to out's type: the same bits when the types
+ * agree), and both -inf give zeros and lse -inf, as a row that sees no key
+ * does. A part with lse +inf likewise stands alone (both +inf: NaN, lse +inf),
+ * and a NaN lse gives a row of NaN and lse NaN. Otherwise the weights and the
+ * sum are computed in double from the fp32 (or widened 16-bit) values: each
+ * element of out is within 1 ULP of the exact merge of those values, plus
+ * 2^-50 max(|out_a|, |out_b|) where the two cancel, and lse within 1 ULP of
+ * the exact one (a 16-bit out then gets that fp32 row rounded once, as
+ * everywhere; tests/test_merge.c checks both bounds). A k-way
+ * merge is a chain of merges into one buffer: out may be the very view of
+ * out_a and lse the very pointer lse_a (or of b), in place.
+ *
  * THREADS. Compiled with OpenMP (-fopenmp), a call's work items run on
  * favor_options.threads threads (0: OpenMP's default): softmax attention splits
  * query blocks (decoding: blocks of 512 keys of every key/value head), the others
@@ -167,7 +186,8 @@
  * chunk-parallel scan; the linear backward likewise, the causal one scanning the
  * segments' row sums back from the end; the softmax backward, when heads alone
  * leave threads idle: one query block after another, the key parts of each, whose
- * dQ partials are then added in part order). The split is fixed by the shape, so
+ * dQ partials are then added in part order; favor_attention_merge: rows, for
+ * calls of 65536 elements or more). The split is fixed by the shape, so
  * results are bit-identical for any thread count.
  *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
@@ -229,6 +249,8 @@
  *          linear backward split inside each head: their rounding (not their
  *          accuracy bounds) differs from 0.3 when n_k > 512.
  *          FAVOR_POLY2 (after FAVOR_RELU), the exact degree-2 polynomial kernel.
+ *          favor_attention_merge: two softmax results over disjoint key sets
+ *          merged through their lse (MERGING).
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -495,6 +517,27 @@ FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *
                                                             const favor_tensor *k,
                                                             const favor_tensor *v,
                                                             const favor_options *opts);
+
+/* Merge two softmax attentions of the same queries over disjoint key sets into
+ * the one over their union (see MERGING): out_a, lse_a and out_b, lse_b are the
+ * outputs and log-sum-exps of the parts (lse as favor_options.lse: batch x
+ * heads x rows floats, [batch][head][row]); out gets, row by row,
+ * (w_a out_a + w_b out_b) / (w_a + w_b) with w_x = exp(lse_x - max(lse_a,
+ * lse_b)), and lse (NULL: not written) the log-sum-exp over both. out_a, out_b
+ * and out have the same batch, heads, rows and cols, each of any element type.
+ * In place: out may be the very view out_a or out_b is (same data, strides and
+ * dtype), and lse the very pointer lse_a or lse_b is; any other overlap of out
+ * with an input, or of lse with a view or another lse, is FAVOR_E_ALIAS. Only
+ * opts->threads and opts->error are read (opts may be NULL); threads share out
+ * the rows (see THREADS). Time O(batch heads rows cols), no workspace, no
+ * allocation (16-bit rows pass through 3 KB of stack, a block of columns at a
+ * time). Errors: FAVOR_E_NULL, FAVOR_E_SHAPE (a view's sizes, or unlike
+ * out_a's), FAVOR_E_OVERFLOW, FAVOR_E_ALIAS, FAVOR_E_ARG (a dtype outside the
+ * enum, threads < 0). */
+FAVOR_API favor_status favor_attention_merge(const favor_tensor *out_a, const float *lse_a,
+                                             const favor_tensor *out_b, const float *lse_b,
+                                             const favor_tensor *out, float *lse,
+                                             const favor_options *opts);
 
 /* Linear (kernelized) attention with the feature map f, non-causal or causal.
  * Time O(heads (n + n_k) width (d + d_v)) plus O(heads n C width) for the causal
@@ -3429,6 +3472,196 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
         favor__softmax_block(&x, (size_t)it / blocks, ((size_t)it % blocks) * FAVOR__BQ,
                              ws + FAVOR__TID() * slice);
     favor__ws_put(owned);
+    return FAVOR_OK;
+}
+
+/* 4.9b Merging partial results ----------------------------------------------------
+ * favor_attention_merge, row by row: the two lse give the weights (in double),
+ * then the row's columns are merged a block at a time, each element
+ * (float)(ca a + cb b) in double with ca + cb = 1. A 16-bit row is widened into
+ * a stack buffer block by block and a 16-bit out rounded from one, so no row
+ * length needs memory. Rows are independent: the threads share them out, and
+ * in place (out the very view out_a or out_b is) each element is read before
+ * it is written. */
+#define FAVOR__MERGE_COLS 256
+#define FAVOR__MERGE_SPLIT 65536 /* elements: smaller calls run on one thread */
+
+typedef struct {
+    const favor_tensor *a, *b, *o;
+    const float *la, *lb;
+    float *lse;
+    size_t n;
+} favor__merge;
+
+/* columns [c0, c0 + nc) of row r of head h of t as fp32: the tensor's own
+ * (fp32) or widened into buf */
+static const float *favor__cols_in(const favor_tensor *t, size_t h, size_t r, size_t c0,
+                                   size_t nc, float *buf)
+{
+    const void *p = favor__at(t, h, r);
+    if (t->dtype == FAVOR_F32) return (const float *)p + c0;
+    if (t->dtype == FAVOR_F16) favor__widen_f16(buf, (const uint16_t *)p + c0, nc);
+    else favor__widen_bf16(buf, (const uint16_t *)p + c0, nc);
+    return buf;
+}
+
+/* nc fp32 values x into columns [c0, c0 + nc) of row r of head h of t, rounded
+ * once to its type (x may be those very columns of an fp32 t) */
+static void favor__cols_out(const favor_tensor *t, size_t h, size_t r, size_t c0, size_t nc,
+                            const float *x)
+{
+    void *p = favor__at(t, h, r);
+    if (t->dtype == FAVOR_F32) memmove((float *)p + c0, x, nc * sizeof(float));
+    else if (t->dtype == FAVOR_F16) favor__narrow_f16((uint16_t *)p + c0, x, nc);
+    else favor__narrow_bf16((uint16_t *)p + c0, x, nc);
+}
+
+/* 1 when x and y (shaped alike) are the very same view: every element of one
+ * is the same element of the other */
+static int favor__same_view(const favor_tensor *x, const favor_tensor *y)
+{
+    return x->data == y->data && x->dtype == y->dtype &&
+           (x->rows < 2 || x->row_stride == y->row_stride) &&
+           (x->heads < 2 || x->head_stride == y->head_stride) &&
+           (favor__nbatch(x) < 2 || x->batch_stride == y->batch_stride);
+}
+
+/* row i of head h */
+static void favor__merge_row(const favor__merge *m, size_t h, size_t i)
+{
+    float A[FAVOR__MERGE_COLS], B[FAVOR__MERGE_COLS], O[FAVOR__MERGE_COLS], fill = 0.0f;
+    size_t at = h * m->n + i, cols = m->o->cols, c0, j;
+    float la = m->la[at], lb = m->lb[at], l;
+    double ca = 0.0, cb = 0.0;
+    const favor_tensor *src = NULL; /* the one side the row is, or none */
+    int weigh = 0;
+    if (la != la || lb != lb) { /* NaN */
+        l = la + lb;
+        fill = l;
+    } else if (la == lb && (la == INFINITY || la == -INFINITY)) {
+        l = la;                                  /* no key on either side: zeros */
+        if (la == INFINITY) fill = la - la;     /* both infinitely heavy: NaN */
+    } else if (lb == -INFINITY || la == INFINITY) {
+        l = la;
+        src = m->a;
+    } else if (la == -INFINITY || lb == INFINITY) {
+        l = lb;
+        src = m->b;
+    } else { /* both finite: one weight is 1, the other exp(-|la - lb|) */
+        double mx = la > lb ? la : lb, wa = exp((double)la - mx), wb = exp((double)lb - mx),
+               s = wa + wb;
+        ca = wa / s;
+        cb = wb / s;
+        l = (float)(mx + log(s));
+        weigh = 1;
+    }
+    for (c0 = 0; c0 < cols; c0 += FAVOR__MERGE_COLS) {
+        size_t nc = cols - c0 < FAVOR__MERGE_COLS ? cols - c0 : FAVOR__MERGE_COLS;
+        if (src) {
+            favor__cols_out(m->o, h, i, c0, nc, favor__cols_in(src, h, i, c0, nc, A));
+        } else if (weigh) {
+            const float *a = favor__cols_in(m->a, h, i, c0, nc, A);
+            const float *b = favor__cols_in(m->b, h, i, c0, nc, B);
+            float *o = m->o->dtype == FAVOR_F32 ? (float *)favor__at(m->o, h, i) + c0 : O;
+            for (j = 0; j < nc; ++j) o[j] = (float)(ca * (double)a[j] + cb * (double)b[j]);
+            if (o == O) favor__cols_out(m->o, h, i, c0, nc, O);
+        } else {
+            for (j = 0; j < nc; ++j) O[j] = fill;
+            favor__cols_out(m->o, h, i, c0, nc, O);
+        }
+    }
+    if (m->lse) m->lse[at] = l;
+}
+
+/* an output r (`name`) may be the very view or array an input x is (same), or
+ * share no byte with it; `how` says what the same would be */
+static favor_status favor__merge_alias(const favor__why *w, const char *name, int same,
+                                       favor__range r, const char *xname, favor__range x,
+                                       const char *how)
+{
+    (void)name; /* under FAVOR_NO_ERROR_TEXT */
+    (void)xname;
+    (void)how;
+    if (same || !favor__overlap(r, x)) return FAVOR_OK;
+    return favor__no(w, FAVOR_E_ALIAS, "%s overlaps %s%s", name, xname, how);
+}
+
+FAVOR_API favor_status favor_attention_merge(const favor_tensor *out_a, const float *lse_a,
+                                             const favor_tensor *out_b, const float *lse_b,
+                                             const favor_tensor *out, float *lse,
+                                             const favor_options *opts)
+{
+    favor__why w = favor__why_of(opts);
+    favor__range ra, rb, ro, rla, rlb, rl;
+    favor__merge m;
+    favor_status st;
+    size_t cnt, bytes, nt = 1, elems;
+    long it, items;
+    if (opts && opts->threads < 0) return favor__no(&w, FAVOR_E_ARG, "opts: threads is negative");
+    if (!out_a || !lse_a || !out_b || !lse_b || !out)
+        return favor__no(&w, FAVOR_E_NULL, "%s is NULL",
+                         !out_a ? "out_a" : !lse_a ? "lse_a" : !out_b ? "out_b" : !lse_b ? "lse_b"
+                                                                                 : "out");
+    if ((st = favor__check_tensor(out_a, "out_a", &w, &ra)) != FAVOR_OK ||
+        (st = favor__check_tensor(out_b, "out_b", &w, &rb)) != FAVOR_OK ||
+        (st = favor__check_tensor(out, "out", &w, &ro)) != FAVOR_OK)
+        return st;
+    if ((st = favor__same(&w, "out_b", "batch", favor__nbatch(out_b), "out_a",
+                          favor__nbatch(out_a))) != FAVOR_OK ||
+        (st = favor__same(&w, "out_b", "heads", out_b->heads, "out_a", out_a->heads)) != FAVOR_OK ||
+        (st = favor__same(&w, "out_b", "rows", out_b->rows, "out_a", out_a->rows)) != FAVOR_OK ||
+        (st = favor__same(&w, "out_b", "cols", out_b->cols, "out_a", out_a->cols)) != FAVOR_OK ||
+        (st = favor__same(&w, "out", "batch", favor__nbatch(out), "out_a",
+                          favor__nbatch(out_a))) != FAVOR_OK ||
+        (st = favor__same(&w, "out", "heads", out->heads, "out_a", out_a->heads)) != FAVOR_OK ||
+        (st = favor__same(&w, "out", "rows", out->rows, "out_a", out_a->rows)) != FAVOR_OK ||
+        (st = favor__same(&w, "out", "cols", out->cols, "out_a", out_a->cols)) != FAVOR_OK)
+        return st;
+    cnt = favor__nheads(out) * out->rows; /* distinct rows of a valid view: fits */
+    if (!favor__mul_ok(cnt, sizeof(float), &bytes) ||
+        (uintptr_t)lse_a > UINTPTR_MAX - bytes || (uintptr_t)lse_b > UINTPTR_MAX - bytes ||
+        (lse && (uintptr_t)lse > UINTPTR_MAX - bytes))
+        return favor__no(&w, FAVOR_E_OVERFLOW, "lse: %z heads x %z rows pass the end of the "
+                                               "address space", favor__nheads(out), out->rows);
+    rla = favor__range_of(lse_a, bytes);
+    rlb = favor__range_of(lse_b, bytes);
+    {
+        static const char *const view = " and is not the same view";
+        static const char *const ptr = " and is not the same pointer";
+        if ((st = favor__merge_alias(&w, "out", favor__same_view(out, out_a), ro, "out_a", ra,
+                                     view)) != FAVOR_OK ||
+            (st = favor__merge_alias(&w, "out", favor__same_view(out, out_b), ro, "out_b", rb,
+                                     view)) != FAVOR_OK ||
+            (st = favor__merge_alias(&w, "out", 0, ro, "lse_a", rla, "")) != FAVOR_OK ||
+            (st = favor__merge_alias(&w, "out", 0, ro, "lse_b", rlb, "")) != FAVOR_OK)
+            return st;
+        if (lse) {
+            rl = favor__range_of(lse, bytes);
+            if ((st = favor__merge_alias(&w, "lse", lse == lse_a, rl, "lse_a", rla, ptr)) !=
+                    FAVOR_OK ||
+                (st = favor__merge_alias(&w, "lse", lse == lse_b, rl, "lse_b", rlb, ptr)) !=
+                    FAVOR_OK ||
+                (st = favor__merge_alias(&w, "lse", 0, rl, "out_a", ra, "")) != FAVOR_OK ||
+                (st = favor__merge_alias(&w, "lse", 0, rl, "out_b", rb, "")) != FAVOR_OK ||
+                (st = favor__merge_alias(&w, "lse", 0, rl, "out", ro, "")) != FAVOR_OK)
+                return st;
+        }
+    }
+    m.a = out_a;
+    m.b = out_b;
+    m.o = out;
+    m.la = lse_a;
+    m.lb = lse_b;
+    m.lse = lse;
+    m.n = out->rows;
+    items = (long)cnt;
+    elems = cnt * out->cols;
+    if (elems >= FAVOR__MERGE_SPLIT) nt = favor__nthreads(opts);
+    (void)nt; /* without OpenMP */
+#ifdef _OPENMP
+#pragma omp parallel for num_threads((int)nt) schedule(static) if (nt > 1)
+#endif
+    for (it = 0; it < items; ++it) favor__merge_row(&m, (size_t)it / m.n, (size_t)it % m.n);
     return FAVOR_OK;
 }
 
