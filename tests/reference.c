@@ -593,3 +593,123 @@ void ref_weights(const favor_features *f, const double *qi, const double *K, siz
     free(lc);
     free(u);
 }
+
+/* The row's visible keys, scores (x[j], -inf where hidden) and the derivative of
+ * the softcap (g[j] = 1 - tanh^2, 1 without it); returns the number visible */
+static size_t ref_mods_row(const double *qi, const double *K, size_t i, size_t n, size_t nk,
+                           size_t d, double scale, const ref_mods *md, size_t h, double *x,
+                           double *g)
+{
+    long p = (long)i + (long)nk - (long)n;
+    size_t j, c, vis = 0;
+    for (j = 0; j < nk; ++j) {
+        long jj = (long)j;
+        double t = 0;
+        x[j] = -HUGE_VAL;
+        g[j] = 1;
+        if ((md->causal && jj > p) || (md->left >= 0 && jj < p - md->left) ||
+            (md->right >= 0 && jj > p + md->right))
+            continue;
+        for (c = 0; c < d; ++c) t += qi[c] * K[j * d + c];
+        t *= scale;
+        if (md->softcap > 0) {
+            double th = tanh(t / md->softcap);
+            t = md->softcap * th;
+            g[j] = 1 - th * th;
+        }
+        if (md->alibi) t -= (double)md->alibi[h] * fabs((double)(p - jj));
+        x[j] = t;
+        ++vis;
+    }
+    return vis;
+}
+
+/* P (nk) of a row from its scores and the sink; returns P_sink, *lse its lse */
+static double ref_mods_probs(double *x, size_t nk, double sink, double *lse)
+{
+    double mx = sink, den = 0, ps;
+    size_t j;
+    for (j = 0; j < nk; ++j) if (x[j] > mx) mx = x[j];
+    if (mx == -HUGE_VAL) {
+        for (j = 0; j < nk; ++j) x[j] = 0;
+        *lse = -HUGE_VAL;
+        return 0;
+    }
+    for (j = 0; j < nk; ++j) den += x[j] == -HUGE_VAL ? 0 : exp(x[j] - mx);
+    ps = sink == -HUGE_VAL ? 0 : exp(sink - mx);
+    den += ps;
+    for (j = 0; j < nk; ++j) x[j] = x[j] == -HUGE_VAL ? 0 : exp(x[j] - mx) / den;
+    *lse = mx + log(den);
+    return ps / den;
+}
+
+void ref_softmax_mods(const double *q, const double *k, const double *v, double *out,
+                      double *lse, size_t hq, size_t hkv, size_t n, size_t nk, size_t d,
+                      size_t dv, double scale, const ref_mods *md)
+{
+    size_t group = hq / hkv, h, i, j, c;
+    double *x = (double *)ref_alloc(nk, sizeof *x), *g = (double *)ref_alloc(nk, sizeof *g);
+    if (scale == 0) scale = 1.0 / sqrt((double)d);
+    for (h = 0; h < hq; ++h) {
+        const double *K = k + (h / group) * nk * d, *V = v + (h / group) * nk * dv;
+        double sink = md->sinks ? (double)md->sinks[h] : -HUGE_VAL, l;
+        for (i = 0; i < n; ++i) {
+            double *o = out + (h * n + i) * dv;
+            ref_mods_row(q + (h * n + i) * d, K, i, n, nk, d, scale, md, h, x, g);
+            ref_mods_probs(x, nk, sink, &l);
+            for (c = 0; c < dv; ++c) o[c] = 0;
+            for (j = 0; j < nk; ++j)
+                for (c = 0; c < dv; ++c) o[c] += x[j] * V[j * dv + c];
+            if (lse) lse[h * n + i] = l;
+        }
+    }
+    free(x);
+    free(g);
+}
+
+void ref_softmax_mods_backward(const double *q, const double *k, const double *v,
+                               const double *dout, double *dq, double *dk, double *dv,
+                               double *dsinks, size_t hq, size_t hkv, size_t n, size_t nk,
+                               size_t d, size_t dv_cols, double scale, const ref_mods *md)
+{
+    size_t group = hq / hkv, h, i, j, c;
+    double *x = (double *)ref_alloc(nk, sizeof *x), *g = (double *)ref_alloc(nk, sizeof *g);
+    double *o = (double *)ref_alloc(dv_cols, sizeof *o);
+    if (scale == 0) scale = 1.0 / sqrt((double)d);
+    for (c = 0; c < hq * n * d; ++c) dq[c] = 0;
+    for (c = 0; c < hkv * nk * d; ++c) dk[c] = 0;
+    for (c = 0; c < hkv * nk * dv_cols; ++c) dv[c] = 0;
+    for (h = 0; h < hq; ++h) {
+        const double *K = k + (h / group) * nk * d, *V = v + (h / group) * nk * dv_cols;
+        double *DK = dk + (h / group) * nk * d, *DV = dv + (h / group) * nk * dv_cols;
+        double sink = md->sinks ? (double)md->sinks[h] : -HUGE_VAL, l, ps, D;
+        if (dsinks) dsinks[h] = 0;
+        for (i = 0; i < n; ++i) {
+            const double *qi = q + (h * n + i) * d, *gi = dout + (h * n + i) * dv_cols;
+            ref_mods_row(qi, K, i, n, nk, d, scale, md, h, x, g);
+            ps = ref_mods_probs(x, nk, sink, &l);
+            for (c = 0; c < dv_cols; ++c) o[c] = 0;
+            for (j = 0; j < nk; ++j)
+                for (c = 0; c < dv_cols; ++c) o[c] += x[j] * V[j * dv_cols + c];
+            D = 0;
+            for (c = 0; c < dv_cols; ++c) D += gi[c] * o[c];
+            if (dsinks) dsinks[h] -= ps * D;
+            for (j = 0; j < nk; ++j) {
+                double dp = 0, ds;
+                if (x[j] == 0) continue;
+                for (c = 0; c < dv_cols; ++c) {
+                    dp += gi[c] * V[j * dv_cols + c];
+                    DV[j * dv_cols + c] += x[j] * gi[c];
+                }
+                ds = x[j] * (dp - D) * g[j] * scale;
+                for (c = 0; c < d; ++c) {
+                    dq[(h * n + i) * d + c] += ds * K[j * d + c];
+                    DK[j * d + c] += ds * qi[c];
+                }
+            }
+        }
+    }
+    free(x);
+    free(g);
+    free(o);
+}

@@ -66,4 +66,31 @@ void ref_linear_backward(const favor_features *f, const double *q, const double 
 void ref_weights(const favor_features *f, const double *qi, const double *K, size_t vis,
                  size_t d, double scale, double *p);
 
+/* The score variants of exact softmax attention, applied explicitly on the full
+ * score matrix (design.md section 1). Row i sits at p_i = i + nk - n; key j is
+ * visible when j <= p_i (causal), p_i - left <= j (left >= 0) and j <= p_i +
+ * right (right >= 0); its score is x = scale q_i.k_j, then softcap c tanh(x / c)
+ * (softcap > 0), then - alibi[h] |p_i - j| (alibi not NULL). A sink logit
+ * sinks[h] (sinks not NULL; -inf: none) joins every row's denominator. */
+typedef struct {
+    int causal;
+    long left, right; /* the window's sides; negative: unbounded */
+    double softcap;   /* 0: none */
+    const float *alibi, *sinks; /* hq floats each, or NULL */
+} ref_mods;
+
+/* Forward: out (hq x n x dv) and lse (hq x n, NULL: not wanted; -inf for a row
+ * with no key and no sink). Shapes as ref_softmax, scale 0 = 1/sqrt(d). */
+void ref_softmax_mods(const double *q, const double *k, const double *v, double *out,
+                      double *lse, size_t hq, size_t hkv, size_t n, size_t nk, size_t d,
+                      size_t dv, double scale, const ref_mods *md);
+
+/* Gradients of ref_softmax_mods for L = sum dout . out: as ref_softmax_backward,
+ * with dS taken back through the softcap (times 1 - tanh^2(x / c)), and dsinks[h]
+ * = -sum_i P_sink,i dout_i . out_i (hq doubles; NULL: not wanted). */
+void ref_softmax_mods_backward(const double *q, const double *k, const double *v,
+                               const double *dout, double *dq, double *dk, double *dv,
+                               double *dsinks, size_t hq, size_t hkv, size_t n, size_t nk,
+                               size_t d, size_t dv_cols, double scale, const ref_mods *md);
+
 #endif

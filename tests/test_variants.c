@@ -1,0 +1,722 @@
+/* Score variants of exact softmax attention (favor_options: FAVOR_WINDOW with
+ * window_left/right, softcap, alibi, sinks and dsinks) against the float64
+ * reference of tests/reference.c (ref_softmax_mods), which applies each one
+ * explicitly on the full score matrix.
+ *
+ * 1. Forward, prefill and decode paths (n <= 32 rows: the direct path with at
+ *    most 2 rows per key/value head, and the shared-tile path), every variant
+ *    alone and in the combinations models use (GPT-OSS: window + sinks; Gemma 2:
+ *    softcap + window; with ALiBi), rows that see no key, windows with one side
+ *    unbounded and a window of one key: max |O - O_ref| <= 2e-5 max|V|, lse
+ *    within 1e-5 (1 + |lse|).
+ * 2. Backward, with and without the forward's lse: dq, dk, dv within 1e-4 of
+ *    the largest reference gradient, dsinks within 1e-4 of the largest |dsink|;
+ *    the reference's own gradients (dsinks, and dq, dk through softcap and ALiBi)
+ *    against central finite differences of its forward.
+ * 3. Keys that no row sees are never read: NaN in them changes no output bit,
+ *    forward (prefill, decode) and backward (their dk, dv rows are exactly 0).
+ * 4. No future leakage: changing key j leaves every row that cannot see it
+ *    bit for bit the same, with window, ALiBi, softcap and sinks.
+ * 5. 16-bit inputs give the bits of fp32 copies; threads 1, 2, 3 give the same
+ *    bits (the split backward included); a batched call gives each element's
+ *    bits, and dsinks is the sum over the batch.
+ * 6. Validation: bad values are refused before anything is written, with the
+ *    argument named; linear attention refuses every variant. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "favor.h"
+#include "reference.h"
+#include "test_util.h"
+
+typedef struct {
+    size_t hq, hkv, n, nk, d, dv;
+    int causal;
+    long left, right; /* window sides; both -2: no FAVOR_WINDOW */
+    float cap;
+    int alibi, sinks;
+    double sigma;     /* of the inputs */
+} vcase;
+
+#define NOWIN -2, -2
+
+static const vcase cases[] = {
+    /* hq hkv   n    nk   d  dv  causal window     cap   alibi sinks sigma */
+    { 4, 2, 150,  150, 32, 16, 0,  20,  10,      0.0f, 0, 0, 1.0 }, /* window, both sides */
+    { 4, 2, 200,  260, 32, 32, 1,  40,  -1,      3.0f, 1, 1, 2.0 }, /* all of them, causal */
+    { 2, 1, 100,   70, 16, 24, 0,  NOWIN,        2.0f, 0, 0, 2.0 }, /* softcap alone */
+    { 2, 2,  90,  130, 16, 16, 0,  NOWIN,        0.0f, 1, 0, 1.0 }, /* ALiBi, both sides */
+    { 2, 1, 130,  100, 16,  8, 1,  NOWIN,        0.0f, 0, 1, 1.0 }, /* sinks, rows with no key */
+    { 8, 2,   1, 1500, 64, 64, 1, 300,  -1,      5.0f, 0, 1, 1.0 }, /* decode, shared tiles */
+    { 2, 1,   1, 1200, 32, 32, 1, 600,  -1,      0.0f, 1, 0, 1.0 }, /* decode, direct */
+    { 4, 4,   5,  700, 16, 16, 0, 100,   3,      0.0f, 1, 1, 1.0 }, /* decode, partial tiles */
+    { 1, 1,  80,   50,  8,  8, 0,   2,   0,      0.0f, 0, 1, 1.0 }, /* right 0, rows with none */
+    { 2, 1,  70,   70, 16, 16, 1,   0,  -1,      1.0f, 1, 0, 1.0 }, /* a window of one key */
+    { 2, 2,  40,   40, 16, 16, 0,  -1,  -1,      0.0f, 0, 0, 1.0 }, /* unbounded both sides */
+    { 4, 1,  70,  300, 16, 16, 0,  -1,  25,      0.5f, 1, 1, 3.0 }, /* right side only */
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+typedef struct {
+    float *q, *k, *v, *g, *alibi, *sinks;
+    favor_tensor Q, K, V, O, G, DQ, DK, DV;
+    float *o, *dq, *dk, *dv, *lse, *dsinks;
+} prob;
+
+static float *vt_alloc(size_t n) { return (float *)calloc(n ? n : 1, sizeof(float)); }
+
+static void prob_make(prob *p, const vcase *c, uint64_t seed)
+{
+    tu_rng r;
+    size_t h;
+    r.s = seed;
+    p->q = tu_normal_floats(&r, c->hq * c->n * c->d, c->sigma);
+    p->k = tu_normal_floats(&r, c->hkv * c->nk * c->d, c->sigma);
+    p->v = tu_normal_floats(&r, c->hkv * c->nk * c->dv, 1.0);
+    p->g = tu_normal_floats(&r, c->hq * c->n * c->dv, 1.0);
+    p->alibi = vt_alloc(c->hq);
+    p->sinks = vt_alloc(c->hq);
+    for (h = 0; h < c->hq; ++h) {
+        p->alibi[h] = (float)(0.02 + 0.3 * tu_uniform(&r));
+        p->sinks[h] = (float)(-1.0 + 4.0 * tu_uniform(&r));
+    }
+    p->o = vt_alloc(c->hq * c->n * c->dv);
+    p->dq = vt_alloc(c->hq * c->n * c->d);
+    p->dk = vt_alloc(c->hkv * c->nk * c->d);
+    p->dv = vt_alloc(c->hkv * c->nk * c->dv);
+    p->lse = vt_alloc(c->hq * c->n);
+    p->dsinks = vt_alloc(c->hq);
+    p->Q = favor_tensor_packed(p->q, c->hq, c->n, c->d);
+    p->K = favor_tensor_packed(p->k, c->hkv, c->nk, c->d);
+    p->V = favor_tensor_packed(p->v, c->hkv, c->nk, c->dv);
+    p->O = favor_tensor_packed(p->o, c->hq, c->n, c->dv);
+    p->G = favor_tensor_packed(p->g, c->hq, c->n, c->dv);
+    p->DQ = favor_tensor_packed(p->dq, c->hq, c->n, c->d);
+    p->DK = favor_tensor_packed(p->dk, c->hkv, c->nk, c->d);
+    p->DV = favor_tensor_packed(p->dv, c->hkv, c->nk, c->dv);
+}
+
+static void prob_free(prob *p)
+{
+    float *all[12];
+    size_t i;
+    all[0] = p->q; all[1] = p->k; all[2] = p->v; all[3] = p->g; all[4] = p->alibi;
+    all[5] = p->sinks; all[6] = p->o; all[7] = p->dq; all[8] = p->dk; all[9] = p->dv;
+    all[10] = p->lse; all[11] = p->dsinks;
+    for (i = 0; i < 12; ++i) free(all[i]);
+}
+
+static favor_options opts_of(const vcase *c, const prob *p, int threads)
+{
+    favor_options o = favor_default_options();
+    o.flags = c->causal ? FAVOR_CAUSAL : 0u;
+    if (c->left != -2) {
+        o.flags |= FAVOR_WINDOW;
+        o.window_left = c->left;
+        o.window_right = c->right;
+    }
+    o.softcap = c->cap;
+    o.alibi = c->alibi ? p->alibi : NULL;
+    o.sinks = c->sinks ? p->sinks : NULL;
+    o.threads = threads;
+    return o;
+}
+
+static ref_mods mods_of(const vcase *c, const prob *p)
+{
+    ref_mods m;
+    m.causal = c->causal;
+    m.left = c->left == -2 ? -1 : c->left;
+    m.right = c->left == -2 ? -1 : c->right;
+    m.softcap = c->cap;
+    m.alibi = c->alibi ? p->alibi : NULL;
+    m.sinks = c->sinks ? p->sinks : NULL;
+    return m;
+}
+
+static void case_name(const vcase *c, char *buf, size_t size)
+{
+    snprintf(buf, size, "hq %zu hkv %zu n %zu nk %zu d %zu dv %zu%s window %ld,%ld cap %g%s%s",
+             c->hq, c->hkv, c->n, c->nk, c->d, c->dv, c->causal ? " causal" : "", c->left,
+             c->right, (double)c->cap, c->alibi ? " alibi" : "", c->sinks ? " sinks" : "");
+}
+
+static double max_abs_err(const float *x, const double *ref, size_t n)
+{
+    double e = 0;
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        double t = fabs((double)x[i] - ref[i]);
+        if (!(t <= e)) e = t; /* NaN counts */
+    }
+    return e;
+}
+
+static double max_abs_d(const double *x, size_t n)
+{
+    double m = 0;
+    size_t i;
+    for (i = 0; i < n; ++i) if (fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
+/* 1 and 2: every case against the reference, forward then backward */
+static void test_accuracy(void **state)
+{
+    size_t ci;
+    int fails = 0;
+    (void)state;
+    for (ci = 0; ci < NCASES; ++ci) {
+        const vcase *c = &cases[ci];
+        prob p;
+        favor_options o;
+        ref_mods m;
+        char name[256];
+        size_t no = c->hq * c->n * c->dv, i;
+        double *qd, *kd, *vd, *gd, *ro, *rl, *rq, *rk, *rv, *rs, eo, el = 0, eq, ek, ev, es = 0;
+        double gmax;
+        int pass;
+        prob_make(&p, c, 1000 + ci);
+        case_name(c, name, sizeof name);
+        qd = tu_to_double(p.q, c->hq * c->n * c->d);
+        kd = tu_to_double(p.k, c->hkv * c->nk * c->d);
+        vd = tu_to_double(p.v, c->hkv * c->nk * c->dv);
+        gd = tu_to_double(p.g, no);
+        ro = (double *)malloc(no * sizeof *ro);
+        rl = (double *)malloc(c->hq * c->n * sizeof *rl);
+        rq = (double *)malloc(c->hq * c->n * c->d * sizeof *rq);
+        rk = (double *)malloc(c->hkv * c->nk * c->d * sizeof *rk);
+        rv = (double *)malloc(c->hkv * c->nk * c->dv * sizeof *rv);
+        rs = (double *)malloc(c->hq * sizeof *rs);
+        m = mods_of(c, &p);
+        ref_softmax_mods(qd, kd, vd, ro, rl, c->hq, c->hkv, c->n, c->nk, c->d, c->dv, 0, &m);
+        ref_softmax_mods_backward(qd, kd, vd, gd, rq, rk, rv, rs, c->hq, c->hkv, c->n, c->nk,
+                                  c->d, c->dv, 0, &m);
+        o = opts_of(c, &p, 1);
+        o.lse = p.lse;
+        o.dsinks = c->sinks ? p.dsinks : NULL;
+        assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+        eo = max_abs_err(p.o, ro, no) / tu_max_abs_f(p.v, c->hkv * c->nk * c->dv);
+        for (i = 0; i < c->hq * c->n; ++i) {
+            double t = rl[i] == -HUGE_VAL ? (p.lse[i] == -HUGE_VAL ? 0 : 1)
+                                          : fabs(p.lse[i] - rl[i]) / (1e-5 * (1 + fabs(rl[i])));
+            if (!(t <= el)) el = t;
+        }
+        pass = eo <= 2e-5 && el <= 1;
+        printf("%-2zu %s\n   forward: max|err|/max|V| %.2g  lse err/tol %.3f\n", ci, name, eo, el);
+        /* backward from the forward's lse, then recomputing it: the same bounds */
+        {
+            int with;
+            for (with = 1; with >= 0; --with) {
+                o.lse = with ? p.lse : NULL;
+                assert_int_equal(favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G,
+                                                                  &p.DQ, &p.DK, &p.DV, &o),
+                                 FAVOR_OK);
+                gmax = max_abs_d(rq, c->hq * c->n * c->d);
+                eq = max_abs_err(p.dq, rq, c->hq * c->n * c->d) / (gmax > 0 ? gmax : 1);
+                gmax = max_abs_d(rk, c->hkv * c->nk * c->d);
+                ek = max_abs_err(p.dk, rk, c->hkv * c->nk * c->d) / (gmax > 0 ? gmax : 1);
+                gmax = max_abs_d(rv, c->hkv * c->nk * c->dv);
+                ev = max_abs_err(p.dv, rv, c->hkv * c->nk * c->dv) / (gmax > 0 ? gmax : 1);
+                if (c->sinks) {
+                    gmax = max_abs_d(rs, c->hq);
+                    es = max_abs_err(p.dsinks, rs, c->hq) / (gmax > 0 ? gmax : 1);
+                }
+                printf("   backward%s: dq %.2g dk %.2g dv %.2g dsinks %.2g\n",
+                       with ? " (lse)" : "      ", eq, ek, ev, es);
+                pass &= eq <= 1e-4 && ek <= 1e-4 && ev <= 1e-4 && es <= 1e-4;
+            }
+        }
+        if (!pass) {
+            printf("   FAILED\n");
+            ++fails;
+        }
+        free(qd); free(kd); free(vd); free(gd); free(ro); free(rl);
+        free(rq); free(rk); free(rv); free(rs);
+        prob_free(&p);
+    }
+    assert_int_equal(fails, 0);
+}
+
+/* L = sum dout . out of the float64 forward */
+static double ref_loss(const double *qd, const double *kd, const double *vd, const double *gd,
+                       const vcase *c, const ref_mods *m, double *ro)
+{
+    size_t i, no = c->hq * c->n * c->dv;
+    double L = 0;
+    ref_softmax_mods(qd, kd, vd, ro, NULL, c->hq, c->hkv, c->n, c->nk, c->d, c->dv, 0, m);
+    for (i = 0; i < no; ++i) L += gd[i] * ro[i];
+    return L;
+}
+
+/* 2: the reference's gradients against central differences of its forward:
+ * dsinks, and a few coordinates of dq and dk through softcap and ALiBi */
+static void test_reference_fd(void **state)
+{
+    static const size_t which[] = { 1, 4, 8, 11 };
+    size_t wi;
+    (void)state;
+    for (wi = 0; wi < sizeof which / sizeof which[0]; ++wi) {
+        vcase c = cases[which[wi]];
+        prob p;
+        ref_mods m;
+        size_t no, h, t;
+        double *qd, *kd, *vd, *gd, *ro, *rq, *rk, *rv, *rs, worst = 0;
+        float sinks[8];
+        c.n = c.n > 24 ? 24 : c.n; /* small: the loss is evaluated many times */
+        c.nk = c.nk > 40 ? 40 : c.nk;
+        if (c.left > 8) c.left = 8;
+        no = c.hq * c.n * c.dv;
+        prob_make(&p, &c, 77 + wi);
+        m = mods_of(&c, &p);
+        qd = tu_to_double(p.q, c.hq * c.n * c.d);
+        kd = tu_to_double(p.k, c.hkv * c.nk * c.d);
+        vd = tu_to_double(p.v, c.hkv * c.nk * c.dv);
+        gd = tu_to_double(p.g, no);
+        ro = (double *)malloc(no * sizeof *ro);
+        rq = (double *)malloc(c.hq * c.n * c.d * sizeof *rq);
+        rk = (double *)malloc(c.hkv * c.nk * c.d * sizeof *rk);
+        rv = (double *)malloc(c.hkv * c.nk * c.dv * sizeof *rv);
+        rs = (double *)malloc(c.hq * sizeof *rs);
+        ref_softmax_mods_backward(qd, kd, vd, gd, rq, rk, rv, rs, c.hq, c.hkv, c.n, c.nk, c.d,
+                                  c.dv, 0, &m);
+        for (h = 0; c.sinks && h < c.hq; ++h) { /* float sinks: steps of a float */
+            double e = 1e-3, lp, lm;
+            memcpy(sinks, p.sinks, c.hq * sizeof(float));
+            m.sinks = sinks;
+            sinks[h] = (float)(p.sinks[h] + e);
+            lp = ref_loss(qd, kd, vd, gd, &c, &m, ro);
+            e = (double)sinks[h] - p.sinks[h];
+            sinks[h] = (float)(p.sinks[h] - e);
+            lm = ref_loss(qd, kd, vd, gd, &c, &m, ro);
+            worst = fmax(worst, fabs((lp - lm) / (2 * e) - rs[h]) / (fabs(rs[h]) + 1e-3));
+            m.sinks = p.sinks;
+        }
+        for (t = 0; t < 6; ++t) {
+            double *x = t % 2 ? kd : qd, *gx = t % 2 ? rk : rq, e = 1e-6, keep, lp, lm;
+            size_t at = (t * 7919) % (t % 2 ? c.hkv * c.nk * c.d : c.hq * c.n * c.d);
+            keep = x[at];
+            x[at] = keep + e;
+            lp = ref_loss(qd, kd, vd, gd, &c, &m, ro);
+            x[at] = keep - e;
+            lm = ref_loss(qd, kd, vd, gd, &c, &m, ro);
+            x[at] = keep;
+            worst = fmax(worst, fabs((lp - lm) / (2 * e) - gx[at]) / (fabs(gx[at]) + 1e-3));
+        }
+        printf("case %zu (small): reference gradients vs central differences: worst %.2g\n",
+               which[wi], worst);
+        assert_true(worst <= 1e-5);
+        free(qd); free(kd); free(vd); free(gd); free(ro);
+        free(rq); free(rk); free(rv); free(rs);
+        prob_free(&p);
+    }
+}
+
+/* 3: NaN in the keys and values no row sees changes nothing */
+static void test_unseen_keys(void **state)
+{
+    static const vcase nan_cases[] = {
+        { 4, 2, 100, 1000, 16, 16, 1, 50, -1, 2.0f, 1, 1, 1.0 }, /* prefill */
+        { 4, 1,   3, 1000, 16, 16, 1, 50, -1, 2.0f, 1, 1, 1.0 }, /* decode, shared tiles */
+        { 2, 2,   1, 1000, 16, 16, 1, 50, -1, 0.0f, 0, 1, 1.0 }, /* decode, direct */
+        { 2, 1,  64,  900, 16, 16, 0, 30, 30, 0.0f, 1, 0, 1.0 }, /* both sides */
+    };
+    size_t ci;
+    (void)state;
+    for (ci = 0; ci < sizeof nan_cases / sizeof nan_cases[0]; ++ci) {
+        const vcase *c = &nan_cases[ci];
+        prob p;
+        favor_options o;
+        size_t no = c->hq * c->n * c->dv, nq = c->hq * c->n * c->d, j, col, h, seen0, seen1;
+        float *o1 = vt_alloc(no), *q1 = vt_alloc(nq), *dk1, *dv1;
+        prob_make(&p, c, 500 + ci);
+        o = opts_of(c, &p, 0);
+        o.dsinks = c->sinks ? p.dsinks : NULL;
+        assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+        assert_int_equal(favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ,
+                                                          &p.DK, &p.DV, &o), FAVOR_OK);
+        memcpy(o1, p.o, no * sizeof(float));
+        memcpy(q1, p.dq, nq * sizeof(float));
+        dk1 = vt_alloc(c->hkv * c->nk * c->d);
+        dv1 = vt_alloc(c->hkv * c->nk * c->dv);
+        memcpy(dk1, p.dk, c->hkv * c->nk * c->d * sizeof(float));
+        memcpy(dv1, p.dv, c->hkv * c->nk * c->dv * sizeof(float));
+        /* the keys some row sees: positions p_0 - left .. p_(n-1) + right */
+        seen0 = c->nk - c->n - (size_t)c->left;
+        seen1 = c->right < 0 ? c->nk : c->nk - c->n + (size_t)c->right + c->n;
+        if (c->causal) seen1 = c->nk;
+        if (seen1 > c->nk) seen1 = c->nk;
+        for (h = 0; h < c->hkv; ++h)
+            for (j = 0; j < c->nk; ++j) {
+                if (j >= seen0 && j < seen1) continue;
+                for (col = 0; col < c->d; ++col) p.k[(h * c->nk + j) * c->d + col] = NAN;
+                for (col = 0; col < c->dv; ++col) p.v[(h * c->nk + j) * c->dv + col] = NAN;
+            }
+        assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+        assert_memory_equal(p.o, o1, no * sizeof(float));
+        assert_int_equal(favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ,
+                                                          &p.DK, &p.DV, &o), FAVOR_OK);
+        assert_memory_equal(p.dq, q1, nq * sizeof(float));
+        assert_memory_equal(p.dk, dk1, c->hkv * c->nk * c->d * sizeof(float));
+        assert_memory_equal(p.dv, dv1, c->hkv * c->nk * c->dv * sizeof(float));
+        for (h = 0; h < c->hkv; ++h) /* unseen keys: exactly zero gradients */
+            for (j = 0; j < c->nk; ++j)
+                if (j < seen0 || j >= seen1) {
+                    for (col = 0; col < c->d; ++col)
+                        assert_true(p.dk[(h * c->nk + j) * c->d + col] == 0.0f);
+                    for (col = 0; col < c->dv; ++col)
+                        assert_true(p.dv[(h * c->nk + j) * c->dv + col] == 0.0f);
+                }
+        printf("NaN case %zu: keys [0, %zu) and [%zu, %zu) never read\n", ci, seen0, seen1, c->nk);
+        free(o1); free(q1); free(dk1); free(dv1);
+        prob_free(&p);
+    }
+}
+
+/* 4: a later key changes no row that cannot see it */
+static void test_no_future(void **state)
+{
+    static const vcase fc[] = {
+        { 2, 1, 150, 150, 16, 16, 1, 20, -1, 2.0f, 1, 1, 1.0 },
+        { 4, 2,   4, 600, 16, 16, 1, 90, -1, 2.0f, 1, 1, 1.0 },
+    };
+    size_t ci, jt;
+    (void)state;
+    for (ci = 0; ci < 2; ++ci) {
+        const vcase *c = &fc[ci];
+        prob p;
+        favor_options o;
+        size_t no = c->hq * c->n * c->dv, h, i, col;
+        float *o1 = vt_alloc(no), *l1 = vt_alloc(c->hq * c->n);
+        prob_make(&p, c, 900 + ci);
+        o = opts_of(c, &p, 0);
+        o.lse = p.lse;
+        assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+        memcpy(o1, p.o, no * sizeof(float));
+        memcpy(l1, p.lse, c->hq * c->n * sizeof(float));
+        for (jt = 0; jt < 3; ++jt) {
+            size_t j = c->nk - 1 - jt * (c->n / 3); /* the key of row i = j - (nk - n) */
+            for (h = 0; h < c->hkv; ++h) {
+                for (col = 0; col < c->d; ++col) p.k[(h * c->nk + j) * c->d + col] += 3.0f;
+                for (col = 0; col < c->dv; ++col) p.v[(h * c->nk + j) * c->dv + col] -= 5.0f;
+            }
+            assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+            for (h = 0; h < c->hq; ++h)
+                for (i = 0; i < c->n && i + c->nk - c->n < j; ++i) {
+                    assert_memory_equal(p.o + (h * c->n + i) * c->dv, o1 + (h * c->n + i) * c->dv,
+                                        c->dv * sizeof(float));
+                    assert_true(p.lse[h * c->n + i] == l1[h * c->n + i]);
+                }
+            memcpy(o1, p.o, no * sizeof(float)); /* the next key is an earlier one */
+            memcpy(l1, p.lse, c->hq * c->n * sizeof(float));
+        }
+        free(o1); free(l1);
+        prob_free(&p);
+    }
+}
+
+/* 5a: bf16 and fp16 inputs against fp32 copies of their values */
+static uint16_t half_of(float x) /* x exactly representable in fp16 (normal or 0) */
+{
+    uint32_t u;
+    int e;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) == 0) return (uint16_t)(u >> 16);
+    e = (int)((u >> 23) & 0xff) - 127 + 15;
+    return (uint16_t)(((u >> 16) & 0x8000u) | ((unsigned)e << 10) | ((u >> 13) & 0x3ffu));
+}
+
+static void test_dtypes(void **state)
+{
+    const vcase *c = &cases[1];
+    const vcase *dc = &cases[5];
+    int which, ty;
+    (void)state;
+    for (which = 0; which < 2; ++which) {
+        const vcase *cc = which ? dc : c;
+        for (ty = 0; ty < 2; ++ty) { /* 0: bf16, 1: fp16 */
+            prob p;
+            favor_options o;
+            size_t nq = cc->hq * cc->n * cc->d, nk = cc->hkv * cc->nk * cc->d;
+            size_t nv = cc->hkv * cc->nk * cc->dv, no = cc->hq * cc->n * cc->dv, i;
+            uint16_t *q16, *k16, *v16;
+            float *o1, *dq1, *dk1, *dv1, *s1;
+            favor_tensor Q16, K16, V16;
+            prob_make(&p, cc, 40 + which);
+            q16 = (uint16_t *)malloc(nq * 2);
+            k16 = (uint16_t *)malloc(nk * 2);
+            v16 = (uint16_t *)malloc(nv * 2);
+            for (i = 0; i < nq + nk + nv; ++i) { /* round to 16 bits, keep both forms */
+                float *x = i < nq ? p.q + i : i < nq + nk ? p.k + (i - nq) : p.v + (i - nq - nk);
+                uint16_t *y = i < nq ? q16 + i : i < nq + nk ? k16 + (i - nq) : v16 + (i - nq - nk);
+                uint32_t u;
+                if (ty == 1) *x = fminf(fmaxf(*x, -8.0f), 8.0f);
+                memcpy(&u, x, 4);
+                u &= ty == 0 ? 0xffff0000u : 0xffffe000u;
+                if (ty == 1 && (u & 0x7f800000u) < (0x71u << 23)) u &= 0x80000000u; /* fp16 normal */
+                memcpy(x, &u, 4);
+                *y = ty == 0 ? (uint16_t)(u >> 16) : half_of(*x);
+            }
+            Q16 = favor_tensor_packed_as(ty ? FAVOR_F16 : FAVOR_BF16, q16, cc->hq, cc->n, cc->d);
+            K16 = favor_tensor_packed_as(ty ? FAVOR_F16 : FAVOR_BF16, k16, cc->hkv, cc->nk, cc->d);
+            V16 = favor_tensor_packed_as(ty ? FAVOR_F16 : FAVOR_BF16, v16, cc->hkv, cc->nk, cc->dv);
+            o = opts_of(cc, &p, 0);
+            o.dsinks = cc->sinks ? p.dsinks : NULL;
+            o1 = vt_alloc(no); dq1 = vt_alloc(nq); dk1 = vt_alloc(nk); dv1 = vt_alloc(nv);
+            s1 = vt_alloc(cc->hq);
+            assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+            assert_int_equal(favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ,
+                                                              &p.DK, &p.DV, &o), FAVOR_OK);
+            memcpy(o1, p.o, no * 4); memcpy(dq1, p.dq, nq * 4); memcpy(dk1, p.dk, nk * 4);
+            memcpy(dv1, p.dv, nv * 4); memcpy(s1, p.dsinks, cc->hq * 4);
+            assert_int_equal(favor_softmax_attention(&Q16, &K16, &V16, &p.O, &o), FAVOR_OK);
+            assert_memory_equal(p.o, o1, no * 4);
+            assert_int_equal(favor_softmax_attention_backward(&Q16, &K16, &V16, &p.O, &p.G, &p.DQ,
+                                                              &p.DK, &p.DV, &o), FAVOR_OK);
+            assert_memory_equal(p.dq, dq1, nq * 4);
+            assert_memory_equal(p.dk, dk1, nk * 4);
+            assert_memory_equal(p.dv, dv1, nv * 4);
+            assert_memory_equal(p.dsinks, s1, cc->hq * 4);
+            printf("%s case %d: 16-bit inputs give the fp32 copies' bits\n", ty ? "fp16" : "bf16",
+                   which ? 5 : 1);
+            free(q16); free(k16); free(v16); free(o1); free(dq1);
+            free(dk1); free(dv1); free(s1);
+            prob_free(&p);
+        }
+    }
+}
+
+/* 5b: threads 1, 2, 3 (and 0) give the same bits, forward and backward; a
+ * one-key/value-head shape splits the backward inside the head */
+static void test_threads(void **state)
+{
+    static const vcase tc[] = {
+        { 4, 2, 200, 260, 32, 32, 1, 40, -1, 3.0f, 1, 1, 2.0 },
+        { 2, 1, 300, 1700, 16, 16, 1, 500, -1, 1.5f, 1, 1, 1.0 },
+        { 8, 2, 2, 3000, 32, 32, 1, 900, -1, 5.0f, 1, 1, 1.0 },
+    };
+    size_t ci;
+    int t;
+    (void)state;
+    for (ci = 0; ci < 3; ++ci) {
+        const vcase *c = &tc[ci];
+        prob p;
+        size_t no = c->hq * c->n * c->dv, nq = c->hq * c->n * c->d;
+        size_t nk = c->hkv * c->nk * c->d, nv = c->hkv * c->nk * c->dv;
+        float *o1 = vt_alloc(no), *l1 = vt_alloc(c->hq * c->n), *dq1 = vt_alloc(nq);
+        float *dk1 = vt_alloc(nk), *dv1 = vt_alloc(nv), *s1 = vt_alloc(c->hq);
+        prob_make(&p, c, 300 + ci);
+        for (t = 1; t <= 4; ++t) {
+            favor_options o = opts_of(c, &p, t == 4 ? 0 : t);
+            o.lse = p.lse;
+            o.dsinks = p.dsinks;
+            assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+            o.lse = ci == 1 ? NULL : p.lse; /* the split's own lse pass too */
+            assert_int_equal(favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ,
+                                                              &p.DK, &p.DV, &o), FAVOR_OK);
+            if (t == 1) {
+                memcpy(o1, p.o, no * 4); memcpy(l1, p.lse, c->hq * c->n * 4);
+                memcpy(dq1, p.dq, nq * 4); memcpy(dk1, p.dk, nk * 4); memcpy(dv1, p.dv, nv * 4);
+                memcpy(s1, p.dsinks, c->hq * 4);
+                continue;
+            }
+            assert_memory_equal(p.o, o1, no * 4);
+            assert_memory_equal(p.lse, l1, c->hq * c->n * 4);
+            assert_memory_equal(p.dq, dq1, nq * 4);
+            assert_memory_equal(p.dk, dk1, nk * 4);
+            assert_memory_equal(p.dv, dv1, nv * 4);
+            assert_memory_equal(p.dsinks, s1, c->hq * 4);
+        }
+        printf("threads case %zu: 1, 2, 3 and the default give the same bits\n", ci);
+        free(o1); free(l1); free(dq1); free(dk1); free(dv1);
+        free(s1);
+        prob_free(&p);
+    }
+}
+
+/* 5c: a batch of 3 is its elements (slopes and sinks per head of an element),
+ * and dsinks sums over them */
+static void test_batch(void **state)
+{
+    static const vcase bc[] = {
+        { 2, 1, 70, 90, 16, 16, 1, 30, -1, 2.0f, 1, 1, 1.0 },
+        { 4, 2, 3, 700, 16, 16, 1, 100, -1, 2.0f, 1, 1, 1.0 },
+    };
+    const size_t B = 3;
+    size_t ci, b, h;
+    (void)state;
+    for (ci = 0; ci < 2; ++ci) {
+        vcase big = bc[ci];
+        const vcase *c = &bc[ci];
+        prob p, e;
+        size_t no = c->hq * c->n * c->dv, nq = c->hq * c->n * c->d;
+        size_t nk = c->hkv * c->nk * c->d, nv = c->hkv * c->nk * c->dv;
+        favor_tensor Q, K, V, O, G, DQ, DK, DV;
+        favor_options o;
+        double sum[8] = { 0 };
+        big.hq *= B; /* the same floats, as B elements */
+        big.hkv *= B;
+        prob_make(&p, &big, 60 + ci);
+        Q = favor_tensor_batched(FAVOR_F32, p.q, B, c->hq, c->n, c->d);
+        K = favor_tensor_batched(FAVOR_F32, p.k, B, c->hkv, c->nk, c->d);
+        V = favor_tensor_batched(FAVOR_F32, p.v, B, c->hkv, c->nk, c->dv);
+        O = favor_tensor_batched(FAVOR_F32, p.o, B, c->hq, c->n, c->dv);
+        G = favor_tensor_batched(FAVOR_F32, p.g, B, c->hq, c->n, c->dv);
+        DQ = favor_tensor_batched(FAVOR_F32, p.dq, B, c->hq, c->n, c->d);
+        DK = favor_tensor_batched(FAVOR_F32, p.dk, B, c->hkv, c->nk, c->d);
+        DV = favor_tensor_batched(FAVOR_F32, p.dv, B, c->hkv, c->nk, c->dv);
+        o = opts_of(c, &p, 0);
+        o.dsinks = p.dsinks;
+        assert_int_equal(favor_softmax_attention(&Q, &K, &V, &O, &o), FAVOR_OK);
+        assert_int_equal(favor_softmax_attention_backward(&Q, &K, &V, &O, &G, &DQ, &DK, &DV, &o),
+                         FAVOR_OK);
+        prob_make(&e, c, 1);
+        for (b = 0; b < B; ++b) {
+            favor_options oe = opts_of(c, &p, 0); /* the batched call's slopes and sinks */
+            oe.dsinks = e.dsinks;
+            memcpy(e.q, p.q + b * nq, nq * 4); memcpy(e.k, p.k + b * nk, nk * 4);
+            memcpy(e.v, p.v + b * nv, nv * 4); memcpy(e.g, p.g + b * no, no * 4);
+            assert_int_equal(favor_softmax_attention(&e.Q, &e.K, &e.V, &e.O, &oe), FAVOR_OK);
+            assert_memory_equal(e.o, p.o + b * no, no * 4);
+            assert_int_equal(favor_softmax_attention_backward(&e.Q, &e.K, &e.V, &e.O, &e.G, &e.DQ,
+                                                              &e.DK, &e.DV, &oe), FAVOR_OK);
+            assert_memory_equal(e.dq, p.dq + b * nq, nq * 4);
+            assert_memory_equal(e.dk, p.dk + b * nk, nk * 4);
+            assert_memory_equal(e.dv, p.dv + b * nv, nv * 4);
+            for (h = 0; h < c->hq; ++h) sum[h] += e.dsinks[h];
+        }
+        for (h = 0; h < c->hq; ++h)
+            assert_true(fabs(p.dsinks[h] - sum[h]) <= 1e-6 * (1 + fabs(sum[h])));
+        printf("batch case %zu: each element's bits; dsinks the sum over the batch\n", ci);
+        prob_free(&e);
+        prob_free(&p);
+    }
+}
+
+/* 6: refused values, nothing written, the argument named */
+static void test_validation(void **state)
+{
+    const vcase *c = &cases[1];
+    prob p;
+    favor_options o;
+    char err[160];
+    size_t no = c->hq * c->n * c->dv, i;
+    float *snap = vt_alloc(no), bad[4];
+    favor_features f;
+    favor_state st;
+    float *sst;
+    favor_tensor Q1, K1, V1, O1;
+    struct { int what; const char *text; } bads[] = {
+        { 0, "opts.softcap" }, { 1, "opts.softcap" }, { 2, "opts.softcap" },
+        { 3, "opts.alibi[1]" }, { 4, "opts.alibi[1]" }, { 5, "opts.sinks[1]" },
+        { 6, "opts.sinks[1]" }, { 7, "opts.dsinks is given without" },
+        { 8, "opts.dsinks overlaps" }, { 9, "opts.dsinks overlaps opts.sinks" },
+        { 10, "flags" },
+    };
+    (void)state;
+    prob_make(&p, c, 5);
+    for (i = 0; i < no; ++i) p.o[i] = 12345.0f;
+    memcpy(snap, p.o, no * 4);
+    for (i = 0; i < sizeof bads / sizeof bads[0]; ++i) {
+        int w = bads[i].what, bwd;
+        for (bwd = 0; bwd < 2; ++bwd) {
+            favor_status s;
+            if (!bwd && (w == 7 || w == 8 || w == 9)) continue; /* the forward ignores dsinks */
+            o = opts_of(c, &p, 0);
+            memcpy(bad, p.alibi, sizeof bad);
+            o.alibi = bad;
+            o.error = err;
+            o.error_size = sizeof err;
+            err[0] = 0;
+            switch (w) {
+            case 0: o.softcap = -1.0f; break;
+            case 1: o.softcap = NAN; break;
+            case 2: o.softcap = INFINITY; break;
+            case 3: bad[1] = NAN; break;
+            case 4: bad[1] = -INFINITY; break;
+            case 5: memcpy(bad, p.sinks, sizeof bad); bad[1] = NAN; o.sinks = bad; o.alibi = NULL; break;
+            case 6: memcpy(bad, p.sinks, sizeof bad); bad[1] = INFINITY; o.sinks = bad; o.alibi = NULL; break;
+            case 7: o.sinks = NULL; o.dsinks = p.dsinks; break;
+            case 8: o.dsinks = p.dq + 3; break;
+            case 9: o.dsinks = (float *)p.sinks + 1; break;
+            case 10: o.flags |= 8u; break;
+            }
+            if (bwd)
+                s = favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ, &p.DK,
+                                                     &p.DV, &o);
+            else
+                s = favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o);
+            printf("%s %-2d: %s\n", bwd ? "backward" : "forward ", w, err);
+            assert_int_equal(s, w == 8 || w == 9 ? FAVOR_E_ALIAS : FAVOR_E_ARG);
+            assert_non_null(strstr(err, bads[i].text));
+            assert_memory_equal(p.o, snap, no * 4);
+        }
+    }
+    /* -inf sinks are allowed: no sink for that head */
+    o = opts_of(c, &p, 0);
+    memcpy(bad, p.sinks, sizeof bad);
+    bad[0] = -INFINITY;
+    o.sinks = bad;
+    assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+    /* linear attention refuses every variant, writing nothing */
+    assert_int_equal(favor_features_init(&f, FAVOR_ELU1, c->d, c->d, 0, 1, NULL), FAVOR_OK);
+    sst = vt_alloc(favor_state_floats(&f, c->hkv, c->dv));
+    assert_int_equal(favor_state_init(&st, &f, c->hkv, c->dv, sst), FAVOR_OK);
+    Q1 = favor_tensor_packed(p.q, c->hq, 4, c->d);
+    K1 = favor_tensor_packed(p.k, c->hkv, 4, c->d);
+    V1 = favor_tensor_packed(p.v, c->hkv, 4, c->dv);
+    O1 = favor_tensor_packed(p.o, c->hq, 4, c->dv);
+    for (i = 0; i < no; ++i) p.o[i] = 12345.0f;
+    for (i = 0; i < 5; ++i) {
+        static const char *const names[5] = { "FAVOR_WINDOW", "opts.softcap", "opts.alibi",
+                                              "opts.sinks", "opts.dsinks" };
+        int op;
+        for (op = 0; op < 4; ++op) {
+            favor_status s;
+            o = favor_default_options();
+            o.flags = FAVOR_CAUSAL;
+            o.error = err;
+            o.error_size = sizeof err;
+            if (i == 0) o.flags |= FAVOR_WINDOW;
+            if (i == 1) o.softcap = 1.0f;
+            if (i == 2) o.alibi = p.alibi;
+            if (i == 3) o.sinks = p.sinks;
+            if (i == 4) o.dsinks = p.dsinks;
+            err[0] = 0;
+            if (op == 0) s = favor_linear_attention(&f, &p.Q, &p.K, &p.V, &p.O, &o);
+            else if (op == 1) s = favor_linear_attention_backward(&f, &p.Q, &p.K, &p.V, &p.G, &p.DQ,
+                                                                  &p.DK, &p.DV, &o);
+            else if (op == 2) s = favor_linear_extend(&f, &st, &Q1, &K1, &V1, &O1, &o);
+            else s = favor_linear_attention_workspace(&f, &p.Q, &p.K, &p.V, &o) ? FAVOR_OK
+                                                                                  : FAVOR_E_ARG;
+            assert_int_equal(s, FAVOR_E_ARG);
+            assert_non_null(strstr(err, names[i]));
+            assert_memory_equal(p.o, snap, no * 4);
+        }
+        printf("linear: %s\n", err);
+    }
+    free(sst);
+    free(snap);
+    prob_free(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accuracy),     cmocka_unit_test(test_reference_fd),
+        cmocka_unit_test(test_unseen_keys),  cmocka_unit_test(test_no_future),
+        cmocka_unit_test(test_dtypes),       cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_batch),        cmocka_unit_test(test_validation),
+    };
+    if (tu_check_backend()) return 1;
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
