@@ -398,6 +398,17 @@ typedef struct {
     float *dsinks;          /* backward, with sinks: heads_q floats written with
                                dL/ds_h, summed over rows and batch elements;
                                the forward ignores it                         */
+    const favor_tensor *mask; /* an additive mask [batch][heads][n][n_k] of any
+                               dtype, added to the scores last (-inf hides a
+                               key): heads 1 (every head) or heads_q, batch
+                               0 or 1 (every element) or the call's batch     */
+    /* Packed sequences (every method): the rows hold `seqs` sequences one after
+       another; sequence s has the query rows [seq_q[s], seq_q[s+1]) and the key
+       rows [seq_k[s], seq_k[s+1]), sees only its own keys, and has its own
+       positions (and, for linear attention, its own state). 0: one sequence. */
+    size_t seqs;
+    const size_t *seq_q;    /* seqs + 1 offsets from 0 to n, non-decreasing    */
+    const size_t *seq_k;    /* the same to n_k; NULL: seq_q (n_k = n)          */
 } favor_options;
 
 /* No flags, scale 0 (the default), threads 0 (OpenMP's default), no workspace
@@ -2746,6 +2757,10 @@ FAVOR_API favor_options favor_default_options(void)
     o.alibi = NULL;
     o.sinks = NULL;
     o.dsinks = NULL;
+    o.mask = NULL;
+    o.seqs = 0;
+    o.seq_q = NULL;
+    o.seq_k = NULL;
     return o;
 }
 
