@@ -4309,6 +4309,7 @@ static favor_status favor__check_linear(const favor_features *f, const favor_ten
     if ((st = favor__check_features(f, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     if ((st = favor__check_no_mods(opts, &w)) != FAVOR_OK) return st;
+    if ((st = favor__check_seqs(opts, q->rows, k->rows, &w)) != FAVOR_OK) return st;
     if ((st = favor__same(&w, "q", "cols", sh->d, "f", f->dim)) != FAVOR_OK) return st;
     if (f->w) {
         sh->other[sh->nother++] = favor__range_of(f->w, f->count * f->dim * sizeof(float));
@@ -4691,17 +4692,34 @@ static void favor__linear_split(const favor__map *mp, const favor_tensor *q,
     }
 }
 
+/* The largest linear forward plan of the sequences of a call; 0 when one is
+ * too big */
+static size_t favor__linear_floats_all(const favor_features *f, const favor_tensor *q,
+                                       const favor_tensor *k, const favor_tensor *v,
+                                       const favor_options *opts, size_t nt)
+{
+    size_t s, most = 0, fl, slice, io, at;
+    favor__split sp;
+    favor__seqv sv;
+    int split;
+    for (s = 0; s < favor__nseq(opts); ++s) {
+        favor__seqv_make(&sv, q, k, v, q, opts, s);
+        if (!sv.q.rows || !sv.k.rows) continue;
+        if (!(fl = favor__linear_fwd_floats(f, &sv.q, &sv.k, &sv.v, nt, 0, &slice, &io, &sp,
+                                            &split, &at)))
+            return 0;
+        if (fl > most) most = fl;
+    }
+    return most ? most : 1;
+}
+
 FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
                                                   const favor_tensor *q, const favor_tensor *k,
                                                   const favor_tensor *v,
                                                   const favor_options *opts)
 {
-    size_t slice, io, at;
-    favor__split sp;
-    int split;
     if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
-    return favor__ws_bytes(
-        favor__linear_fwd_floats(f, q, k, v, favor__nthreads(opts), 0, &slice, &io, &sp, &split, &at));
+    return favor__ws_bytes(favor__linear_floats_all(f, q, k, v, opts, favor__nthreads(opts)));
 }
 
 FAVOR_API favor_status favor_linear_attention(const favor_features *f, const favor_tensor *q,
@@ -4716,25 +4734,38 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
     void *owned;
     int causal;
     long g;
-    size_t floats, nt, slice, io, at;
+    size_t floats, nt, slice, io, at, seq;
     favor__split sp;
     int split;
     if ((st = favor__check_linear(f, q, k, v, out, opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
-    if (!(floats = favor__linear_fwd_floats(f, q, k, v, nt, 0, &slice, &io, &sp, &split, &at)))
-        return favor__too_big(opts);
+    if (!(floats = favor__linear_floats_all(f, q, k, v, opts, nt))) return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
     causal = opts && (opts->flags & FAVOR_CAUSAL);
-    if (split) {
-        favor__linear_split(&mp, q, k, v, out, &sh, causal, &sp, ws + at, ws, slice, io, nt);
-    } else {
+    for (seq = 0; seq < favor__nseq(opts); ++seq) { /* each from an empty state */
+        favor__seqv sv;
+        favor__shape ss = sh;
+        favor__seqv_make(&sv, q, k, v, out, opts, seq);
+        if (!sv.k.rows) { /* rows that see no key are zero */
+            for (g = 0; g < (long)sh.hq; ++g) favor__zero_rows(&sv.o, (size_t)g, 0, sv.o.rows);
+            continue;
+        }
+        if (!sv.q.rows) continue;
+        ss.n = sv.q.rows;
+        ss.nk = sv.k.rows;
+        favor__linear_fwd_floats(f, &sv.q, &sv.k, &sv.v, nt, 0, &slice, &io, &sp, &split, &at);
+        if (split) {
+            favor__linear_split(&mp, &sv.q, &sv.k, &sv.v, &sv.o, &ss, causal, &sp, ws + at, ws,
+                                slice, io, nt);
+        } else {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
-        for (g = 0; g < (long)sh.hkv; ++g)
-            favor__linear_kvhead(&mp, q, k, v, out, &sh, causal, (size_t)g,
-                                 ws + FAVOR__TID() * slice, io);
+            for (g = 0; g < (long)sh.hkv; ++g)
+                favor__linear_kvhead(&mp, &sv.q, &sv.k, &sv.v, &sv.o, &ss, causal, (size_t)g,
+                                     ws + FAVOR__TID() * slice, io);
+        }
     }
     favor__ws_put(owned);
     return FAVOR_OK;
@@ -4905,6 +4936,9 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
     favor__why w = favor__why_of(opts);
     if (!st) return favor__no(&w, FAVOR_E_NULL, "st is NULL");
     if ((s = favor__check_linear(f, q, k, v, out, opts, sh)) != FAVOR_OK) return s;
+    if (opts && opts->seqs)
+        return favor__no(&w, FAVOR_E_ARG, "opts.seqs: a state holds one sequence (call "
+                                          "favor_linear_attention for packed ones)");
     if (!st->s || !st->z || !st->c || !st->scratch || !st->comp || !st->pend)
         return favor__no(&w, FAVOR_E_NULL, "st is not bound to storage (favor_state_init)");
     if (st->kernel != f->kernel || st->dim != f->dim ||
@@ -6662,60 +6696,45 @@ FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features 
                                                   &slots_at, &parts_at, &stash_at));
 }
 
-FAVOR_API favor_status favor_linear_attention_backward(
-    const favor_features *f, const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
-    const favor_tensor *dout, const favor_tensor *dq, const favor_tensor *dk,
-    const favor_tensor *dv, const favor_options *opts)
+/* The plan of a linear backward on views q, k, v, dout and gradients (one
+ * sequence's): its floats, 0 when too big */
+static size_t favor__linear_bwd_call(const favor_features *f, const favor_tensor *q,
+                                     const favor_tensor *k, const favor_tensor *v,
+                                     const favor_tensor *dout, const favor_tensor *dq,
+                                     const favor_tensor *dk, const favor_tensor *dv, int causal,
+                                     size_t nt, int *split, favor__bsplit *bs, size_t *slice,
+                                     size_t *at)
 {
-    favor__shape sh;
-    favor__map mp;
-    favor_status st;
-    float *ws;
-    void *owned;
-    int causal, in_ws, split;
-    long g;
-    size_t floats, nt, slice, grp, kern, stg = 0, stage_at = 0, slots_at = 0, parts_at = 0;
-    size_t stash_at = 0;
+    return favor__linear_bwd_plan(f, q, k, v, dout, dq, dk, dv, causal, 0, nt, split, bs, slice,
+                                  &at[0], &at[1], &at[2], &at[3], &at[4]);
+}
+
+/* One sequence of a linear backward (sh: its shape) on ws */
+static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
+                                  const favor_tensor *q, const favor_tensor *k,
+                                  const favor_tensor *v, const favor_tensor *dout,
+                                  const favor_tensor *dq, const favor_tensor *dk,
+                                  const favor_tensor *dv, const favor__shape *sh, int causal,
+                                  size_t nt, float *ws)
+{
+    size_t slice, at[5], grp = sh->hq / sh->hkv, kern;
     favor__bsplit bs;
-    favor__why w = favor__why_of(opts);
-    if (!f) return favor__no(&w, FAVOR_E_NULL, "f is NULL");
-    if ((st = favor__check_backward(q, k, v, NULL, dout, dq, dk, dv, 0, &sh, &w)) != FAVOR_OK)
-        return st;
-    if ((st = favor__check_features(f, &w)) != FAVOR_OK) return st;
-    if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
-    if ((st = favor__check_no_mods(opts, &w)) != FAVOR_OK) return st;
-    if ((st = favor__same(&w, "q", "cols", sh.d, "f", f->dim)) != FAVOR_OK) return st;
-    if (f->w) {
-        int i;
-        sh.other[sh.nother++] = favor__range_of(f->w, f->count * f->dim * sizeof(float));
-        sh.other[sh.nother++] = favor__range_of(f->wt, f->count * f->dim * sizeof(float));
-        for (i = 0; i < 3; ++i)
-            if (favor__overlaps_any(&sh, sh.grad[i], 0))
-                return favor__no(&w, FAVOR_E_ALIAS, "%s overlaps f's w or wt",
-                                 i == 0 ? "dq" : i == 1 ? "dk" : "dv");
+    int split, in_ws = causal && favor__stash_in_ws(grp, sh->d, sh->dv);
+    long g;
+    at[0] = at[1] = at[2] = at[3] = at[4] = 0; /* staging, slots, parts, ... stash */
+    favor__linear_bwd_call(f, q, k, v, dout, dq, dk, dv, causal, nt, &split, &bs, &slice, at);
+    kern = favor__linear_bwd_floats(f, grp, sh->d, sh->dv, sh->n, causal);
+    if (split) { /* at: the staging per head, where it, the slots, parts, stash begin */
+        favor__linear_bwd_split(mp, q, k, v, dout, dq, dk, dv, sh, &bs, causal, ws, slice,
+                                ws + at[1], at[0], ws + at[2], ws + at[3],
+                                at[4] ? ws + at[4] : NULL, nt);
+        return;
     }
-    causal = opts && (opts->flags & FAVOR_CAUSAL);
-    grp = sh.hq / sh.hkv;
-    in_ws = causal && favor__stash_in_ws(grp, sh.d, sh.dv);
-    nt = favor__nthreads(opts);
-    kern = favor__linear_bwd_floats(f, grp, sh.d, sh.dv, sh.n, causal);
-    if (!(floats = favor__linear_bwd_plan(f, q, k, v, dout, dq, dk, dv, causal, 0, nt, &split,
-                                          &bs, &slice, &stg, &stage_at, &slots_at, &parts_at,
-                                          &stash_at)))
-        return favor__too_big(opts);
-    if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
-    favor__map_make(&mp, f, favor__linear_scale(f, opts));
-    if (split) {
-        favor__linear_bwd_split(&mp, q, k, v, dout, dq, dk, dv, &sh, &bs, causal, ws, slice,
-                                ws + stage_at, stg, ws + slots_at, ws + parts_at,
-                                stash_at ? ws + stash_at : NULL, nt);
-        favor__ws_put(owned);
-        return FAVOR_OK;
-    }
+    (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
-    for (g = 0; g < (long)sh.hkv; ++g) {
+    for (g = 0; g < (long)sh->hkv; ++g) {
         /* the kernels run on fp32 views of this key/value head (favor__stage) */
         size_t hk = (size_t)g;
         float *mine = ws + FAVOR__TID() * slice, *p = mine + kern;
@@ -6732,12 +6751,92 @@ FAVOR_API favor_status favor_linear_attention_backward(
         x.dq = &DQ;
         x.dk = &DK;
         x.dv = &DV;
-        favor__bwd_carve(&b, mine, mp.width, sh.dv, grp, in_ws);
-        if (causal) favor__linear_bwd_causal(&mp, &x, &sh, 0, &b);
-        else favor__linear_bwd_full(&mp, &x, &sh, 0, &b);
+        favor__bwd_carve(&b, mine, mp->width, sh->dv, grp, in_ws);
+        if (causal) favor__linear_bwd_causal(mp, &x, sh, 0, &b);
+        else favor__linear_bwd_full(mp, &x, sh, 0, &b);
         favor__unstage(dq, hk * grp, &DQ);
         favor__unstage(dk, hk, &DK);
         favor__unstage(dv, hk, &DV);
+    }
+}
+
+/* The sequence views of a backward call: its q, k, v (sv) and dout, dq, dk, dv
+ * (gv: o, q, k, v) */
+static void favor__seqv_grads(favor__seqv *sv, favor__seqv *gv, const favor_tensor *q,
+                              const favor_tensor *k, const favor_tensor *v,
+                              const favor_tensor *dout, const favor_tensor *dq,
+                              const favor_tensor *dk, const favor_tensor *dv,
+                              const favor_options *opts, size_t s)
+{
+    favor__seqv_make(sv, q, k, v, dout, opts, s);
+    gv->q0 = sv->q0;
+    gv->k0 = sv->k0;
+    gv->q = favor__rows(dq, sv->q0, sv->q.rows);
+    gv->k = favor__rows(dk, sv->k0, sv->k.rows);
+    gv->v = favor__rows(dv, sv->k0, sv->k.rows);
+    gv->o = favor__rows(dout, sv->q0, sv->q.rows);
+}
+
+FAVOR_API favor_status favor_linear_attention_backward(
+    const favor_features *f, const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+    const favor_tensor *dout, const favor_tensor *dq, const favor_tensor *dk,
+    const favor_tensor *dv, const favor_options *opts)
+{
+    favor__shape sh;
+    favor__map mp;
+    favor_status st;
+    float *ws;
+    void *owned;
+    int causal, split;
+    size_t floats = 1, nt, slice, at[5], seq, fl, h;
+    favor__bsplit bs;
+    favor__why w = favor__why_of(opts);
+    if (!f) return favor__no(&w, FAVOR_E_NULL, "f is NULL");
+    if ((st = favor__check_backward(q, k, v, NULL, dout, dq, dk, dv, 0, &sh, &w)) != FAVOR_OK)
+        return st;
+    if ((st = favor__check_features(f, &w)) != FAVOR_OK) return st;
+    if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if ((st = favor__check_no_mods(opts, &w)) != FAVOR_OK) return st;
+    if ((st = favor__check_seqs(opts, q->rows, k->rows, &w)) != FAVOR_OK) return st;
+    if ((st = favor__same(&w, "q", "cols", sh.d, "f", f->dim)) != FAVOR_OK) return st;
+    if (f->w) {
+        int i;
+        sh.other[sh.nother++] = favor__range_of(f->w, f->count * f->dim * sizeof(float));
+        sh.other[sh.nother++] = favor__range_of(f->wt, f->count * f->dim * sizeof(float));
+        for (i = 0; i < 3; ++i)
+            if (favor__overlaps_any(&sh, sh.grad[i], 0))
+                return favor__no(&w, FAVOR_E_ALIAS, "%s overlaps f's w or wt",
+                                 i == 0 ? "dq" : i == 1 ? "dk" : "dv");
+    }
+    causal = opts && (opts->flags & FAVOR_CAUSAL);
+    nt = favor__nthreads(opts);
+    for (seq = 0; seq < favor__nseq(opts); ++seq) { /* the largest sequence's plan */
+        favor__seqv sv, gv;
+        favor__seqv_grads(&sv, &gv, q, k, v, dout, dq, dk, dv, opts, seq);
+        if (!sv.q.rows || !sv.k.rows) continue;
+        if (!(fl = favor__linear_bwd_call(f, &sv.q, &sv.k, &sv.v, &gv.o, &gv.q, &gv.k, &gv.v,
+                                          causal, nt, &split, &bs, &slice, at)))
+            return favor__too_big(opts);
+        if (fl > floats) floats = fl;
+    }
+    if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
+    favor__map_make(&mp, f, favor__linear_scale(f, opts));
+    for (seq = 0; seq < favor__nseq(opts); ++seq) { /* each from an empty state */
+        favor__seqv sv, gv;
+        favor__shape ss = sh;
+        favor__seqv_grads(&sv, &gv, q, k, v, dout, dq, dk, dv, opts, seq);
+        if (!sv.q.rows || !sv.k.rows) { /* no row sees a key: zero gradients */
+            for (h = 0; h < sh.hq; ++h) favor__zero_rows(&gv.q, h, 0, gv.q.rows);
+            for (h = 0; h < sh.hkv; ++h) {
+                favor__zero_rows(&gv.k, h, 0, gv.k.rows);
+                favor__zero_rows(&gv.v, h, 0, gv.v.rows);
+            }
+            continue;
+        }
+        ss.n = sv.q.rows;
+        ss.nk = sv.k.rows;
+        favor__linear_bwd_run(f, &mp, &sv.q, &sv.k, &sv.v, &gv.o, &gv.q, &gv.k, &gv.v, &ss,
+                              causal, nt, ws);
     }
     favor__ws_put(owned);
     return FAVOR_OK;
