@@ -1037,7 +1037,7 @@ static favor_tensor read_mask(const char *path, size_t heads, size_t n, size_t n
         char e[160];
         snprintf(e, sizeof e, "[n, n_k] = [%zu, %zu] or [heads, n, n_k] = [%zu, %zu, %zu]", n,
                  nk, heads, n, nk);
-        shape_error(&a, "the mask", e);
+        shape_error(&a, "--mask", e);
     }
     return favor_tensor_packed_as(a.dtype, a.data, r == 3 ? a.shape[0] : 1, n, nk);
 }
@@ -1051,7 +1051,7 @@ static size_t *read_seqlens(const char *path, size_t n, size_t nk, size_t *seqs)
     if (n != nk)
         data_error("--seqlens packs Q and K/V alike, so n (%zu) must equal n_k (%zu)", n, nk);
     read_npy(path, &a, AS_INT64);
-    if (a.rank != 1) shape_error(&a, "the sequence lengths", "a vector [sequences]");
+    if (a.rank != 1) shape_error(&a, "--seqlens", "a vector [sequences] of lengths");
     off = malloc((a.count + 1) * sizeof *off); /* no overflow: int64_t each */
     if (!off) data_error("%s: out of memory", path);
     off[0] = 0;

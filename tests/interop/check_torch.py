@@ -513,6 +513,24 @@ def score_variants(work):
     # favor's decode path (few rows, many keys), every variant at once
     vc(work, "var-decode-window+softcap+alibi+sinks", "softmax", (4, 3, 32), (2, 600, 32),
        (2, 600, 32), causal=True, window=(100, -1), softcap=3.0, alibi=True, sinks=True)
+    # additive masks (a quarter -inf, one row all -inf): shared, per head in float16,
+    # and after softcap and ALiBi
+    vc(work, "var-mask-shared-3d", "softmax", (2, 64, 16), (2, 64, 16), (2, 64, 16),
+       mask="shared")
+    vc(work, "var-mask-per-head-f16-causal-gqa-n<nk", "softmax", (1, 4, 40, 16),
+       (1, 2, 80, 16), (1, 2, 80, 16), causal=True, mask="per-head", mask_dtype=np.float16)
+    vc(work, "var-mask+softcap+alibi", "softmax", (2, 60, 16), (2, 60, 16), (2, 60, 16),
+       mask="per-head", softcap=1.0, alibi=True)
+    # packed sequences (an empty one too): softmax with causal, window and sinks; elu+1,
+    # each sequence from an empty state
+    vc(work, "var-packed-causal-4d-gqa-i4", "softmax", (2, 4, 90, 16), (2, 2, 90, 16),
+       (2, 2, 90, 16), causal=True, seqlens=[30, 1, 45, 14], seqlens_dtype=np.int32)
+    vc(work, "var-packed-window+sinks", "softmax", (2, 100, 16), (2, 100, 16), (2, 100, 16),
+       window=(8, 3), sinks=True, seqlens=[40, 0, 60])
+    vc(work, "var-packed-elu-causal", "elu", (2, 90, 16), (2, 90, 16), (2, 90, 16),
+       causal=True, seqlens=[25, 50, 15])
+    vc(work, "var-packed-elu-4d-gqa", "elu", (2, 4, 70, 16), (2, 1, 70, 16), (2, 1, 70, 8),
+       seqlens=[33, 37])
 
 
 # --------------------------------------------------------------------------
@@ -983,11 +1001,33 @@ def failures(work):
     save(P("heads-i4.npy"), np.array([1, 2], np.int32))
     save(P("slope-nan.npy"), np.array([0.5, np.nan]))
     save(P("sink-inf.npy"), np.array([np.inf, 0.0], np.float32))
+    save(P("mask-31.npy"), np.zeros((32, 31), np.float32))
+    save(P("mask-3h.npy"), np.zeros((3, 32, 32), np.float32))
+    save(P("mask-4d.npy"), np.zeros((1, 2, 32, 32), np.float32))
+    save(P("lens-short.npy"), np.array([10, 21], np.int64))
+    save(P("lens-long.npy"), np.array([10, 30], np.int32))
+    save(P("lens-neg.npy"), np.array([8, -8, 32], np.int64))
+    save(P("lens-2d.npy"), np.array([[16, 16]], np.int64))
+    save(P("lens-f8.npy"), np.array([16.0, 16.0]))
+    save(P("lens-u8.npy"), np.array([16, 16], np.uint64))
     cases += [
         ("--alibi of 3 for 2 heads", sm + ["--alibi", P("heads3.npy")] + good + [out]),
         ("--sinks of rank 2", sm + ["--sinks", P("heads2x1.npy")] + good + [out]),
         ("--alibi int32", sm + ["--alibi", P("heads-i4.npy")] + good + [out]),
         ("--alibi missing", sm + ["--alibi", P("nonexistent.npy")] + good + [out]),
+        ("--mask [n, n_k - 1]", sm + ["--mask", P("mask-31.npy")] + good + [out]),
+        ("--mask of 3 heads for 2", sm + ["--mask", P("mask-3h.npy")] + good + [out]),
+        ("--mask of rank 4", sm + ["--mask", P("mask-4d.npy")] + good + [out]),
+        ("--seqlens summing below n", ["--seqlens", P("lens-short.npy")] + good + [out]),
+        ("--seqlens summing past n", ["--seqlens", P("lens-long.npy")] + good + [out]),
+        ("--seqlens negative", ["--seqlens", P("lens-neg.npy")] + good + [out]),
+        ("--seqlens of rank 2", ["--seqlens", P("lens-2d.npy")] + good + [out]),
+        ("--seqlens float64", ["--seqlens", P("lens-f8.npy")] + good + [out]),
+        ("--seqlens uint64", ["--seqlens", P("lens-u8.npy")] + good + [out]),
+        ("--seqlens with n != n_k", ["--seqlens", P("lens-short.npy"), P("q.npy"),
+                                     arr("k31.npy", (2, 31, 8)), arr("v31b.npy", (2, 31, 8)),
+                                     out]),
+        ("--mask int32", sm + ["--mask", P("dt-int32.npy")] + good + [out]),
     ]
     refused = [  # by favor.h, whose opts.error text the tool prints
         ("--softcap -1 (favor.h)", sm + ["--softcap", "-1"], "opts.softcap"),
@@ -1038,6 +1078,7 @@ def failures(work):
         ("--window for favor", ["--window", "4,0"] + good + [out]),
         ("--softcap for elu", ["--method", "elu", "--softcap", "5"] + good + [out]),
         ("--sinks for elu", ["--method", "elu", "--sinks", P("heads3.npy")] + good + [out]),
+        ("--mask for favor", ["--mask", P("mask-31.npy")] + good + [out]),
         ("--window 4", ["--method", "softmax", "--window", "4"] + good + [out]),
         ("--window 4,x", ["--method", "softmax", "--window", "4,x"] + good + [out]),
         ("--window 2^64,0", ["--method", "softmax", "--window", "18446744073709551616,0"]
