@@ -765,6 +765,18 @@ def behaviour(work):
         fail("poly2: --threads 1 and the default threads gave different outputs")
     else:
         print("  timing line: " + r5.stdout.decode().strip())
+    # the variants given are named after causal / non-causal
+    sinks = os.path.join(work, "b.sinks.npy")
+    save(sinks, np.zeros(2, np.float32))
+    r7 = run(["--method", "softmax", "--causal", "--window", "8,-1", "--softcap", "30",
+              "--sinks", sinks] + p + [os.path.join(work, "b.variants.npy")])
+    pat = (r"^favor-npy: softmax causal window=8,-1 softcap=30 sinks heads=2 kv_heads=2 "
+           r"n=64 n_k=64 d=16 dv=16 \w+: [0-9.]+ ms \(median of 1\)\n$")
+    if r7.returncode or not re.match(pat, r7.stdout.decode()):
+        fail("variants' timing line: exit %d, %r does not match %r"
+             % (r7.returncode, r7.stdout.decode(), pat))
+    else:
+        print("  timing line: " + r7.stdout.decode().strip())
     r4 = run(["--seed", "8", "--features", "32"] + p + [outs[2]])  # replaces outs[2]
     if r4.returncode or np.array_equal(a, np.load(outs[2])):
         fail("another seed gave the same output (or failed: %d)" % r4.returncode)
