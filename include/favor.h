@@ -136,6 +136,10 @@
  *     range (1.003 ULP from the exact value), subnormal results within 1 ULP;
  *     exp(x) = +inf for x > 88.72283172607421875, +0 for x < -103.972076416015625,
  *     exp(+-0) = 1, exp(-inf) = +0, exp(+inf) = +inf, exp(NaN) = NaN.
+ *     tanh (softcap): <= 2 ULP from the correctly rounded tanh over all floats
+ *     (measured over every float: 1 ULP; 1.33 ULP and |error| < 8e-8 from the
+ *     exact value); tanh(+-0) = +-0, tanh(+-inf) = +-1, tanh(NaN) = NaN; the
+ *     softcap c tanh(x / c), x / c as x * (1/c): |error| <= 2.5e-7 c.
  * Finite inputs up to 1e4 in magnitude give finite outputs for every method.
  * FAVOR+ itself is an estimate of softmax attention whose mean squared error falls
  * as 1/m (tests/test_features.c measures it).
@@ -746,6 +750,8 @@ static inline float favor__s_asfloat(favor__su u) { float x; memcpy(&x, &u, 4); 
 static inline favor__su favor__s_iadd(favor__su a, favor__su b) { return a + b; }
 static inline favor__su favor__s_isub(favor__su a, favor__su b) { return a - b; }
 static inline favor__su favor__s_iset1(favor__su a) { return a; }
+static inline favor__su favor__s_iand(favor__su a, favor__su b) { return a & b; }
+static inline favor__su favor__s_ior(favor__su a, favor__su b) { return a | b; }
 #define favor__s_srli(a, n) ((favor__su)(a) >> (n))
 #define favor__s_slli(a, n) ((favor__su)(a) << (n))
 /* a where x > 0, else b */
@@ -775,6 +781,8 @@ typedef __m256i favor__vu;
 #define favor__v_iadd(a, b) _mm256_add_epi32((a), (b))
 #define favor__v_isub(a, b) _mm256_sub_epi32((a), (b))
 #define favor__v_iset1(a) _mm256_set1_epi32((int)(a))
+#define favor__v_iand(a, b) _mm256_and_si256((a), (b))
+#define favor__v_ior(a, b) _mm256_or_si256((a), (b))
 #define favor__v_srli(a, n) _mm256_srli_epi32((a), (n))
 #define favor__v_slli(a, n) _mm256_slli_epi32((a), (n))
 static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf b)
@@ -856,6 +864,8 @@ static inline favor__vf favor__v_min(favor__vf a, favor__vf b) { return vbslq_f3
 #define favor__v_iadd(a, b) vaddq_u32((a), (b))
 #define favor__v_isub(a, b) vsubq_u32((a), (b))
 #define favor__v_iset1(a) vdupq_n_u32(a)
+#define favor__v_iand(a, b) vandq_u32((a), (b))
+#define favor__v_ior(a, b) vorrq_u32((a), (b))
 #define favor__v_srli(a, n) vshrq_n_u32((a), (n))
 #define favor__v_slli(a, n) vshlq_n_u32((a), (n))
 static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf b)
@@ -897,6 +907,8 @@ typedef favor__su favor__vu;
 #define favor__v_iadd favor__s_iadd
 #define favor__v_isub favor__s_isub
 #define favor__v_iset1 favor__s_iset1
+#define favor__v_iand favor__s_iand
+#define favor__v_ior favor__s_ior
 #define favor__v_srli favor__s_srli
 #define favor__v_slli favor__s_slli
 #define favor__v_pos_select favor__s_pos_select
@@ -992,6 +1004,76 @@ static void favor__elu1_array(float *y, const float *x, size_t n)
     size_t i, nv = n - n % FAVOR__W;
     for (i = 0; i < nv; i += FAVOR__W) favor__v_store(y + i, favor__v_elu1(favor__v_load(x + i)));
     for (i = nv; i < n; ++i) y[i] = favor__s_elu1(x[i]);
+}
+
+/* 4.3a tanh and the logit softcap ----------------------------------------------
+ * tanh(x) with a = |x| (x's sign bit cleared):
+ *   a < 0.625:  a + a^3 P(a^2), P of degree 4 (an odd polynomial of degree 11),
+ *               fitted for relative error on [0, 0.625] in double (weighted
+ *               minimax by iteratively reweighted least squares on Chebyshev
+ *               nodes in a^2), the coefficients then rounded to float:
+ *               relative error 0.15 * 2^-24 with them (in exact arithmetic);
+ *   otherwise:  1 - 2 / (exp(2a) + 1) with the exp above; tanh(0.625) > 0.55,
+ *               so 2 / (exp(2a) + 1) < 0.45 and the subtraction loses nothing.
+ *               exp(2a) = +inf for a > 44.36 gives 1 - 0 = 1 exactly, and the
+ *               result rounds to 1 from a > 9.01 on, as tanh does.
+ * Both are computed and one is chosen per lane; then x's sign bit is copied onto
+ * the result, so tanh(-x) = -tanh(x) bit for bit, tanh(+-0) = +-0, tanh(+-inf)
+ * = +-1, and NaN stays NaN (it takes the exp branch, whose exp keeps NaN).
+ * Error: stated bound 2 ULP from the correctly rounded tanh. Measured over
+ * every float (exhaustively, x86-64 with and without FMA): at most 1 ULP from
+ * the correctly rounded tanh, 1.33 ULP from the exact value, |error| < 8e-8
+ * (all three just above the switch, x = 0.6283); tests/standalone_tanh.c
+ * samples every backend. The scalar and vector versions give the same bits.
+ * One text for both, as the exp. */
+#define FAVOR__DEFINE_TANH(NAME, VF, VU, P)                                         \
+    static inline VF NAME(VF x)                                                     \
+    {                                                                               \
+        VU sign = P##iand(P##asint(x), P##iset1(0x80000000u));                      \
+        VF a = P##asfloat(P##iand(P##asint(x), P##iset1(0x7fffffffu))); /* |x| */   \
+        VF a2 = P##mul(a, a), p, small, big, r;                                     \
+        p = P##fma(P##set1(-5.704978481e-3f), a2, P##set1(2.063907869e-2f));        \
+        p = P##fma(p, a2, P##set1(-5.373971164e-2f));                               \
+        p = P##fma(p, a2, P##set1(1.333144158e-1f));                                \
+        p = P##fma(p, a2, P##set1(-3.333328068e-1f));                               \
+        small = P##fma(P##mul(a, a2), p, a);                                        \
+        big = P##add(P##exp(P##add(a, a)), P##set1(1.0f));                          \
+        big = P##sub(P##set1(1.0f), P##div(P##set1(2.0f), big));                    \
+        r = P##pos_select(P##sub(P##set1(0.625f), a), small, big); /* a < 0.625 */  \
+        return P##asfloat(P##ior(P##asint(r), sign));                               \
+    }
+
+FAVOR__DEFINE_TANH(favor__s_tanh, float, favor__su, favor__s_)
+#if FAVOR_SIMD != FAVOR_SCALAR
+FAVOR__DEFINE_TANH(favor__v_tanh, favor__vf, favor__vu, favor__v_)
+#else
+#define favor__v_tanh favor__s_tanh
+#endif
+
+/* The logit softcap (Gemma 2): y[i] = c tanh(y[i] / c) in place, and t[i] =
+ * tanh(y[i] / c) when t is not NULL (the backward's factor: the derivative is
+ * 1 - t^2); t must not overlap y. c > 0 and finite. y[i] / c is computed as
+ * y[i] * (1/c), 1/c rounded once: a multiply per score, not a second division,
+ * at the cost of about 1 ULP in the argument. Error against c tanh(y / c) of
+ * the unrounded quotient: |error| <= 2.5e-7 c (argument <= 5.3e-8 c, tanh
+ * <= 1.2e-7 c at 2 ULP, the product 6e-8 c; measured 1.33e-7 c at c = 30, 50).
+ * Scalar tail and vector body give the same bits. static inline: no warning
+ * in a file that does not call it. */
+static inline void favor__softcap(float *y, float *t, float c, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    const float rc = 1.0f / c;
+    favor__vf vrc = favor__v_set1(rc), vc = favor__v_set1(c);
+    for (i = 0; i < nv; i += FAVOR__W) {
+        favor__vf th = favor__v_tanh(favor__v_mul(favor__v_load(y + i), vrc));
+        if (t) favor__v_store(t + i, th);
+        favor__v_store(y + i, favor__v_mul(vc, th));
+    }
+    for (i = nv; i < n; ++i) {
+        float th = favor__s_tanh(y[i] * rc);
+        if (t) t[i] = th;
+        y[i] = c * th;
+    }
 }
 
 /* 4.3b 16-bit element types ----------------------------------------------------
@@ -1302,17 +1384,6 @@ static void favor__dtanh(float *y, const float *t, size_t n)
         favor__v_store(y + i, favor__v_mul(favor__v_load(y + i), g));
     }
     for (i = nv; i < n; ++i) y[i] *= favor__s_fma(-t[i], t[i], 1.0f);
-}
-
-/* TEMP softcap until the vector tanh lands: y = c tanh(y / c), t = tanh(y / c) */
-static void favor__softcap(float *y, float *t, float c, size_t n)
-{
-    size_t i;
-    for (i = 0; i < n; ++i) {
-        float u = tanhf(y[i] / c);
-        if (t) t[i] = u;
-        y[i] = c * u;
-    }
 }
 
 /* y *= a */
@@ -2442,13 +2513,58 @@ static favor_status favor__check_lse(const favor_options *opts, favor__shape *sh
  * overlapping no tensor of the call nor the slopes and sinks (added to
  * sh->other, so the workspace may not overlap it either). heads: query heads of
  * a batch element. */
-static favor_status favor__check_mods(const favor_options *o, size_t heads, int grad,
-                                      favor__shape *sh)
+static favor_status favor__check_seqs(const favor_options *o, size_t n, size_t nk,
+                                      const favor__why *w)
+{
+    size_t s, i;
+    if (!o || !o->seqs) return FAVOR_OK;
+    if (!o->seq_q) return favor__no(w, FAVOR_E_NULL, "opts.seq_q is NULL with %z seqs", o->seqs);
+    if (o->seqs == SIZE_MAX) return favor__no(w, FAVOR_E_OVERFLOW, "opts.seqs is SIZE_MAX");
+    if (!o->seq_k && n != nk)
+        return favor__no(w, FAVOR_E_ARG, "opts.seq_k is NULL but k has %z rows, q %z", nk, n);
+    for (i = 0; i < 2; ++i) {
+        const size_t *p = i ? (o->seq_k ? o->seq_k : o->seq_q) : o->seq_q;
+        const char *name = i ? "opts.seq_k" : "opts.seq_q";
+        size_t end = i ? nk : n;
+        (void)name;
+        if (p[0] != 0) return favor__no(w, FAVOR_E_ARG, "%s[0] is %z, not 0", name, p[0]);
+        for (s = 0; s < o->seqs; ++s)
+            if (p[s + 1] < p[s])
+                return favor__no(w, FAVOR_E_ARG, "%s[%z] is below %s[%z]", name, s + 1, name, s);
+        if (p[o->seqs] != end)
+            return favor__no(w, FAVOR_E_ARG, "%s[%z] is %z, not the %z rows of %s", name,
+                             o->seqs, p[o->seqs], end, i ? "k" : "q");
+    }
+    return FAVOR_OK;
+}
+
+static favor_status favor__check_mods(const favor_options *o, const favor_tensor *q,
+                                      const favor_tensor *k, int grad, favor__shape *sh)
 {
     favor__why w = favor__why_of(o);
-    size_t h, bytes;
+    size_t h, bytes, heads = q->heads;
     favor__range r;
+    favor_status st;
     if (!o) return FAVOR_OK;
+    if ((st = favor__check_seqs(o, q->rows, k->rows, &w)) != FAVOR_OK) return st;
+    if (o->mask) {
+        const favor_tensor *m = o->mask;
+        if ((st = favor__check_tensor(m, "opts.mask", &w, &r)) != FAVOR_OK) return st;
+        if ((st = favor__same(&w, "opts.mask", "rows", m->rows, "q", q->rows)) != FAVOR_OK ||
+            (st = favor__same(&w, "opts.mask", "cols", m->cols, "k's rows", k->rows)) != FAVOR_OK)
+            return st;
+        if (m->heads != 1 && m->heads != heads)
+            return favor__no(&w, FAVOR_E_SHAPE, "opts.mask: heads %z is neither 1 nor q's %z",
+                             m->heads, heads);
+        if (favor__nbatch(m) != 1 && favor__nbatch(m) != favor__nbatch(q))
+            return favor__no(&w, FAVOR_E_SHAPE, "opts.mask: batch %z is neither 1 nor q's %z",
+                             favor__nbatch(m), favor__nbatch(q));
+        if (favor__overlap(r, sh->o) || (sh->ngrad && (favor__overlap(r, sh->grad[0]) ||
+                                                       favor__overlap(r, sh->grad[1]) ||
+                                                       favor__overlap(r, sh->grad[2]))))
+            return favor__no(&w, FAVOR_E_ALIAS, "an output overlaps opts.mask");
+        sh->other[sh->nother++] = r; /* no later output may overlap it either */
+    }
     if (!(o->softcap >= 0.0f) || !(o->softcap <= FLT_MAX))
         return favor__no(&w, FAVOR_E_ARG, "opts.softcap is NaN, negative or infinite");
     for (h = 0; o->alibi && h < heads; ++h)
@@ -2970,6 +3086,11 @@ typedef struct {
     float cap;             /* softcap c, 0: none */
     const float *alibi, *sinks;
     size_t heads;          /* query heads of a batch element: alibi[h % heads] */
+    const favor_tensor *mask;  /* the call's (a sequence's sub-view), or NULL */
+    const unsigned char *map;  /* with a mask, prefill and backward: per mask
+                                  head, query block and key tile, 0 when the
+                                  tile is -inf for every row (favor__mask_map) */
+    size_t map_blocks, map_tiles;
 } favor__mods;
 
 static void favor__mods_of(favor__mods *md, const favor_options *o, size_t heads)
@@ -2982,6 +3103,55 @@ static void favor__mods_of(favor__mods *md, const favor_options *o, size_t heads
     md->alibi = o ? o->alibi : NULL;
     md->sinks = o ? o->sinks : NULL;
     md->heads = heads;
+    md->mask = o ? o->mask : NULL;
+    md->map = NULL;
+    md->map_blocks = md->map_tiles = 0;
+}
+
+/* the head of the mask that flat query head h adds (its batch element's, or the
+ * one shared) */
+static size_t favor__mask_head(const favor__mods *md, size_t h)
+{
+    const favor_tensor *m = md->mask;
+    size_t b = m->batch > 1 ? h / md->heads : 0;
+    return b * m->heads + (m->heads > 1 ? h % md->heads : 0);
+}
+
+/* the view of columns [c0, c0 + nc) of t */
+static favor_tensor favor__cols(const favor_tensor *t, size_t c0, size_t nc)
+{
+    favor_tensor c = *t;
+    c.data = (unsigned char *)t->data + c0 * favor_dtype_size(t->dtype);
+    c.cols = nc;
+    return c;
+}
+
+/* the view of rows [r0, r0 + nr) of t */
+static favor_tensor favor__rows(const favor_tensor *t, size_t r0, size_t nr)
+{
+    favor_tensor c = *t;
+    c.data = (unsigned char *)t->data + r0 * t->row_stride * favor_dtype_size(t->dtype);
+    c.rows = nr;
+    return c;
+}
+
+/* the fp32 rows [r0, r0 + nr), columns [c0, c0 + nc) of mask head mh (*ld
+ * apart; 16-bit ones widened into buf, nr x nc) */
+static const float *favor__mask_tile(const favor_tensor *m, size_t mh, size_t r0, size_t nr,
+                                     size_t c0, size_t nc, float *buf, size_t *ld)
+{
+    favor_tensor t = favor__cols(m, c0, nc);
+    return favor__in(&t, mh, r0, nr, buf, ld);
+}
+
+/* 1 when some of the nr x nc mask values at M (ld apart) is not -inf */
+static int favor__mask_any(const float *M, size_t ld, size_t nr, size_t nc)
+{
+    size_t r, c;
+    for (r = 0; r < nr; ++r)
+        for (c = 0; c < nc; ++c)
+            if (M[r * ld + c] != -INFINITY) return 1;
+    return 0;
 }
 
 /* the keys [*lo, *hi) row i of n sees among nk (empty: *lo == *hi) */
@@ -3027,11 +3197,14 @@ static float favor__row_end(float m, double l, float sink, float *f)
 /* The rows [i0, i0 + nq) of a block and the keys they see */
 typedef struct {
     size_t lo[FAVOR__BQ], hi[FAVOR__BQ]; /* each row's keys */
-    size_t beg, end;   /* the keys some row sees: [beg, end) (beg == end: none) */
+    size_t beg, end;   /* the keys some row sees: [beg, end) (beg == end: none):
+                          the block's tiles start at beg */
     size_t all0, all1; /* the keys every row sees: [all0, all1) when all0 < all1 */
     size_t i0, nq;
     ptrdiff_t p0;      /* position of row i0 */
     float slope;
+    size_t mh;         /* the mask's head */
+    const unsigned char *map; /* the block's row of the tile map, or NULL */
 } favor__blk;
 
 static void favor__blk_make(favor__blk *bk, const favor__mods *md, size_t n, size_t nk,
@@ -3056,6 +3229,60 @@ static void favor__blk_make(favor__blk *bk, const favor__mods *md, size_t n, siz
         if (bk->hi[r] < bk->all1) bk->all1 = bk->hi[r];
     }
     if (bk->beg >= bk->end) bk->beg = bk->end = 0;
+    bk->mh = md->mask ? favor__mask_head(md, h) : 0;
+    bk->map = md->map ? md->map + (bk->mh * md->map_blocks + i0 / FAVOR__BQ) * md->map_tiles
+                      : NULL;
+}
+
+/* 0 when the map says the keys [j0, j0 + nb), nb <= BK, are -inf for all the
+ * block's rows (the map's tiles are aligned, so these keys meet one or two) */
+static int favor__tile_live(const favor__blk *bk, size_t j0, size_t nb)
+{
+    return !bk->map || bk->map[j0 / FAVOR__BK] || bk->map[(j0 + nb - 1) / FAVOR__BK];
+}
+
+/* The tile map of a masked call of n rows and nk keys (md->map_blocks query
+ * blocks of BQ, md->map_tiles key tiles of BK): item it = (mask head, block);
+ * buf: BQ x BK floats for a 16-bit mask */
+static void favor__mask_map(const favor__mods *md, size_t n, size_t nk, size_t it,
+                            unsigned char *map, float *buf)
+{
+    size_t mh = it / md->map_blocks, i0 = it % md->map_blocks * FAVOR__BQ, j0, ld;
+    size_t nq = n - i0 < FAVOR__BQ ? n - i0 : FAVOR__BQ;
+    unsigned char *row = map + it * md->map_tiles;
+    for (j0 = 0; j0 < nk; j0 += FAVOR__BK) {
+        size_t nb = nk - j0 < FAVOR__BK ? nk - j0 : FAVOR__BK;
+        const float *M = favor__mask_tile(md->mask, mh, i0, nq, j0, nb, buf, &ld);
+        row[j0 / FAVOR__BK] = (unsigned char)favor__mask_any(M, ld, nq, nb);
+    }
+}
+
+/* Fill md's tile map at map for n rows and nk keys, on nt threads (each with
+ * ws + thread slice as scratch) */
+static void favor__mask_maps(favor__mods *md, size_t n, size_t nk, float *map, float *ws,
+                             size_t slice, size_t nt)
+{
+    long it;
+    md->map_blocks = (n + FAVOR__BQ - 1) / FAVOR__BQ;
+    md->map_tiles = (nk + FAVOR__BK - 1) / FAVOR__BK;
+    md->map = NULL; /* favor__mask_map reads the mask, not the map */
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
+#endif
+    for (it = 0; it < (long)(favor__nheads(md->mask) * md->map_blocks); ++it)
+        favor__mask_map(md, n, nk, (size_t)it, (unsigned char *)map, ws + FAVOR__TID() * slice);
+    md->map = (const unsigned char *)map;
+}
+
+/* bytes of the tile map of a masked call (0 without a mask), as floats */
+static size_t favor__map_floats(const favor__mods *md, size_t n, size_t nk)
+{
+    size_t b = (n + FAVOR__BQ - 1) / FAVOR__BQ, t = (nk + FAVOR__BK - 1) / FAVOR__BK, all;
+    if (!md->mask) return 0;
+    if (!favor__mul_ok(b, t, &all) || !favor__mul_ok(all, favor__nheads(md->mask), &all))
+        return SIZE_MAX;
+    return all / sizeof(float) + 1;
 }
 
 /* Qt = (s Q_block)^T, d x BQ, the lanes past the nq rows zero */
@@ -3071,11 +3298,12 @@ static void favor__softmax_qt(const float *Q, size_t ldq, size_t nq, size_t d, f
 
 /* St = K_tile Qt (nb x BQ) for keys [j0, j0 + nb) (the tile's rows at K) and
  * the rows of bk, each score x then c tanh(x / c) (T: tanh(x / c), when not
- * NULL) and less m_h |p_i - j|, and the keys a row does not see at -inf (lanes
- * past the rows are left as they are) */
+ * NULL), less m_h |p_i - j|, plus the mask (mb: 2 BK BQ floats of scratch), and
+ * the keys a row does not see at -inf (lanes past the rows are left as they
+ * are) */
 static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, float *St, float *T,
                                   size_t nb, size_t d, size_t j0, const favor__blk *bk,
-                                  const favor__mods *md)
+                                  const favor__mods *md, float *mb)
 {
     const size_t BQ = FAVOR__BQ;
     size_t j, r;
@@ -3085,6 +3313,13 @@ static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, f
     if (bk->slope != 0.0f)
         for (j = 0; j < nb; ++j)
             favor__alibi(St + j * BQ, -bk->slope, (float)(bk->p0 - (ptrdiff_t)(j0 + j)), 1.0f, BQ);
+    if (md->mask) { /* the mask's rows, transposed to the tile's key-major lanes */
+        size_t ld;
+        const float *M = favor__mask_tile(md->mask, bk->mh, bk->i0, bk->nq, j0, nb,
+                                          mb + FAVOR__BK * BQ, &ld);
+        favor__transpose(bk->nq, nb, M, ld, mb, BQ);
+        for (j = 0; j < nb; ++j) favor__vadd(St + j * BQ, mb + j * BQ, bk->nq);
+    }
     if (bk->all0 <= j0 && j0 + nb <= bk->all1) return; /* every row sees every key */
     for (j = 0; j < nb; ++j)
         for (r = 0; r < bk->nq; ++r)
@@ -3127,7 +3362,8 @@ static void favor__softmax_stats(float *St, size_t nb, float *m, double *l, floa
 /* A softmax call: its tensors and sizes (the decode path's fields after R) */
 typedef struct {
     const favor_tensor *q, *k, *v, *o;
-    float *lse;     /* heads_q x n, or NULL */
+    float *lse;     /* its rows of head h at lse + h ldl, or NULL */
+    size_t ldl;
     float *part;    /* decode: [g][block][row] records of d_v + 2 floats: m, l, A */
     size_t grp, n, nk, d, dv, R, nblk;
     float s;
@@ -3141,7 +3377,7 @@ static size_t favor__softmax_floats(const favor_tensor *q, const favor_tensor *k
 {
     size_t d = q->cols, dv = v->cols, a, b;
     if (d > SIZE_MAX / 8 / FAVOR__BQ || dv > SIZE_MAX / 8 / FAVOR__BQ) return 0;
-    a = d * FAVOR__BQ + FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ + dv * FAVOR__BQ;
+    a = d * FAVOR__BQ + 3 * FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ + dv * FAVOR__BQ;
     b = favor__io_floats(q, FAVOR__BQ) + favor__io_floats(k, FAVOR__BK) +
         favor__io_floats(v, FAVOR__BK);
     return a + b;
@@ -3155,7 +3391,8 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
     float *Qt = ws, *St = Qt + d * BQ, *m = St + FAVOR__BK * BQ, *mc = m + BQ, *alpha = mc + BQ;
     float *tmp = alpha + BQ, *Ob = tmp + BQ, *Qb = Ob + dv * BQ;
     float *Kb = Qb + favor__io_floats(x->q, BQ), *Vb = Kb + favor__io_floats(x->k, FAVOR__BK);
-    float *lse = x->lse ? x->lse + h * n : NULL, *O, sink = favor__sink(&x->md, h), f;
+    float *mb = Vb + favor__io_floats(x->v, FAVOR__BK);
+    float *lse = x->lse ? x->lse + h * x->ldl : NULL, *O, sink = favor__sink(&x->md, h), f;
     const float *Q, *K, *V;
     double l[FAVOR__BQ];
     size_t j0, r, ldq, ldk, ldv, ldo;
@@ -3171,9 +3408,10 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
     for (r = 0; r < bk.nq; ++r) memset(O + r * ldo, 0, dv * sizeof(float));
     for (j0 = bk.beg; j0 < bk.end; j0 += FAVOR__BK) {
         size_t nb = bk.end - j0 < FAVOR__BK ? bk.end - j0 : FAVOR__BK;
+        if (!favor__tile_live(&bk, j0, nb)) continue; /* masked for every row */
         K = favor__in(x->k, g, j0, nb, Kb, &ldk);
         V = favor__in(x->v, g, j0, nb, Vb, &ldv);
-        favor__softmax_scores(K, ldk, Qt, St, NULL, nb, d, j0, &bk, &x->md);
+        favor__softmax_scores(K, ldk, Qt, St, NULL, nb, d, j0, &bk, &x->md, mb);
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
         for (r = 0; r < bk.nq; ++r)
             if (alpha[r] != 1.0f) favor__scal(O + r * ldo, alpha[r], dv);
@@ -3229,7 +3467,8 @@ static size_t favor__decode_floats(favor__dec *x, size_t hkv, size_t nt, size_t 
 {
     size_t per, part, all;
     x->nblk = (x->nk + FAVOR__DEC_BLOCK - 1) / FAVOR__DEC_BLOCK;
-    if (!favor__mul_ok(x->grp, x->n, &x->R) || !favor__add_ok(x->d, FAVOR__BK, &per) ||
+    if (!favor__mul_ok(x->grp, x->n, &x->R) ||
+        !favor__add_ok(x->d, x->md.mask ? 2 * FAVOR__BK : FAVOR__BK, &per) ||
         !favor__mul_ok(per, x->R, &per) ||
         !favor__add_ok(per, x->dv + favor__io_floats(x->k, FAVOR__BK) +
                                 favor__io_floats(x->v, FAVOR__BK), &per) ||
@@ -3252,6 +3491,26 @@ static void favor__tile_keys(const favor__dec *x, size_t i, size_t j0, size_t nb
     if (*a > *b) *a = *b;
 }
 
+/* The mask of the tile [j0, j0 + nb) for decode rows of key/value head g: row r's
+ * values of the keys it sees at M + r BK (fp32); 0 when all of them are -inf */
+static int favor__decode_mask(const favor__dec *x, size_t g, size_t j0, size_t nb, float *M)
+{
+    size_t i, r, ka, kb, ld;
+    int any = 0;
+    for (i = 0; i < x->n; ++i) {
+        favor__tile_keys(x, i, j0, nb, &ka, &kb);
+        for (r = i * x->grp; kb > ka && r < (i + 1) * x->grp; ++r) {
+            float *dst = M + r * FAVOR__BK + ka;
+            const float *src = favor__mask_tile(
+                x->md.mask, favor__mask_head(&x->md, g * x->grp + r % x->grp), i, 1, j0 + ka,
+                kb - ka, dst, &ld);
+            if (src != dst) memcpy(dst, src, (kb - ka) * sizeof(float));
+            any = any || favor__mask_any(dst, 0, 1, kb - ka);
+        }
+    }
+    return any;
+}
+
 /* work item (g, b): the partials of block b of key/value head g, over the tiles
  * of the keys its rows see; ws: R (d + BK) and the tile buffers of 16-bit K, V
  * (after the merge's row) */
@@ -3260,6 +3519,7 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     const size_t R = x->R, d = x->d, dv = x->dv, BK = FAVOR__BK, rec = dv + 2;
     float *Qs = ws, *S = ws + R * d, *P = x->part + (g * x->nblk + b) * R * rec;
     float *Kb = S + R * BK + dv, *Vb = Kb + favor__io_floats(x->k, BK);
+    float *Mr = Vb + favor__io_floats(x->v, BK); /* with a mask: R x BK */
     size_t j0 = b * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv, lo, hi, beg, end;
     size_t esk = favor_dtype_size(x->k->dtype), esv = favor_dtype_size(x->v->dtype);
     /* few rows read K and V in their own types (a tile widened once would cost
@@ -3286,6 +3546,8 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     for (; j0 < jend; j0 += BK) {
         size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1, next = j0 + nb, ka, kb;
         const void *K, *V;
+        if (x->md.mask && !favor__decode_mask(x, g, j0, nb, Mr))
+            continue; /* the mask hides the tile from every row */
         favor__ahead ahead; /* the next tile's keys and values (the next block's
                                first, which is this thread's next item when it
                                has the keys in order), during the first row */
@@ -3319,7 +3581,9 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
                 for (j = 0; j < ka; ++j) Sr[j] = -INFINITY;
                 for (j = kb; j < nb; ++j) Sr[j] = -INFINITY;
                 if (x->md.cap > 0.0f) favor__softcap(Sr + ka, NULL, x->md.cap, kb - ka);
-                if (slope != 0.0f) favor__alibi(Sr + ka, -slope, (float)(pj - (ptrdiff_t)ka), -1.0f, kb - ka);
+                if (slope != 0.0f)
+                    favor__alibi(Sr + ka, -slope, (float)(pj - (ptrdiff_t)ka), -1.0f, kb - ka);
+                if (x->md.mask) favor__vadd(Sr + ka, Mr + r * BK + ka, kb - ka);
                 mc = favor__online_max(pr, favor__maxval(Sr, nb), &alpha);
                 favor__exp_add(Sr, Sr, -mc, nb);
                 alpha = favor__s_exp(alpha);
@@ -3365,7 +3629,7 @@ static void favor__decode_merge(const favor__dec *x, size_t g, size_t r, float *
     e = favor__row_end(M, L, favor__sink(&x->md, h), &f);
     if (L > 0.0) favor__scal(o, f, x->dv); /* no key seen: stays zero */
     favor__out_done(x->o, h, i, 1, o, ldo);
-    if (x->lse) x->lse[h * x->n + i] = e;
+    if (x->lse) x->lse[h * x->ldl + i] = e;
 }
 
 /* Fill x for a call (sizes of valid q, k, v); the decode path applies when it
@@ -3408,50 +3672,92 @@ static int favor__query_ok(const favor_features *f, int with_f, const favor_tens
     return !with_f || favor__same(&w, "k", "cols", k->cols, "f", f->dim) == FAVOR_OK;
 }
 
-FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const favor_tensor *k,
-                                                   const favor_tensor *v,
-                                                   const favor_options *opts)
+/* Packed sequences (opts->seqs): sequence s's query rows [*q0, *q1) and key
+ * rows [*k0, *k1); without them, one sequence of every row and key. */
+static size_t favor__nseq(const favor_options *o) { return o && o->seqs ? o->seqs : 1; }
+static void favor__seq(const favor_options *o, size_t s, size_t n, size_t nk, size_t *q0,
+                       size_t *q1, size_t *k0, size_t *k1)
 {
-    favor__dec x;
-    size_t floats, slice, at;
-    if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
-    if (q->rows <= FAVOR__DEC_ROWS) { /* the decode path: the partials grow with n_k */
-        favor__decode_plan(&x, q, k, v, opts);
-        return favor__ws_bytes(
-            favor__decode_floats(&x, favor__nheads(k), favor__nthreads(opts), &slice, &at));
+    const size_t *sk;
+    if (!o || !o->seqs) {
+        *q0 = *k0 = 0;
+        *q1 = n;
+        *k1 = nk;
+        return;
     }
-    floats = favor__softmax_floats(q, k, v);
-    return favor__ws_bytes(favor__slices(floats, favor__nthreads(opts), &slice));
+    sk = o->seq_k ? o->seq_k : o->seq_q;
+    *q0 = o->seq_q[s];
+    *q1 = o->seq_q[s + 1];
+    *k0 = sk[s];
+    *k1 = sk[s + 1];
 }
 
-FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favor_tensor *k,
-                                               const favor_tensor *v, const favor_tensor *out,
-                                               const favor_options *opts)
+/* The views of one sequence of a call: its rows of q, k, v, out and its block
+ * of the mask */
+typedef struct {
+    favor_tensor q, k, v, o, mask;
+    size_t q0, k0;
+} favor__seqv;
+
+static void favor__seqv_make(favor__seqv *sv, const favor_tensor *q, const favor_tensor *k,
+                             const favor_tensor *v, const favor_tensor *o,
+                             const favor_options *opts, size_t s)
 {
-    favor__shape sh;
-    favor__dec x;
-    favor_status st;
-    float *ws, s;
-    void *owned;
+    size_t q1, k1;
+    favor__seq(opts, s, q->rows, k->rows, &sv->q0, &q1, &sv->k0, &k1);
+    sv->q = favor__rows(q, sv->q0, q1 - sv->q0);
+    sv->k = favor__rows(k, sv->k0, k1 - sv->k0);
+    sv->v = favor__rows(v, sv->k0, k1 - sv->k0);
+    sv->o = favor__rows(o, sv->q0, q1 - sv->q0);
+    if (opts && opts->mask) {
+        sv->mask = favor__rows(opts->mask, sv->q0, q1 - sv->q0);
+        sv->mask = favor__cols(&sv->mask, sv->k0, k1 - sv->k0);
+    }
+}
+
+/* The plan of a softmax call on one sequence's views (x filled from them): the
+ * floats of its workspace (0: too big), its per-thread slices, where its decode
+ * partials or its tile map begin, and whether it takes the decode path */
+static size_t favor__softmax_plan(favor__sm *x, const favor__seqv *sv, const favor_options *opts,
+                                  size_t nt, size_t *slice, size_t *at, int *dec)
+{
+    size_t all, map;
+    *dec = favor__decode_plan(x, &sv->q, &sv->k, &sv->v, opts);
+    if (opts && opts->mask) x->md.mask = &sv->mask;
+    if (*dec) return favor__decode_floats(x, favor__nheads(&sv->k), nt, slice, at);
+    if (!(*at = favor__slices(favor__softmax_floats(&sv->q, &sv->k, &sv->v), nt, slice)))
+        return 0;
+    map = favor__map_floats(&x->md, x->n, x->nk);
+    return favor__add_ok(*at, map, &all) && all <= SIZE_MAX / sizeof(float) ? all : 0;
+}
+
+/* The largest plan of the sequences of a call; 0 when one is too big */
+static size_t favor__softmax_floats_all(const favor_tensor *q, const favor_tensor *k,
+                                        const favor_tensor *v, const favor_options *opts,
+                                        size_t nt)
+{
+    size_t s, most = 0, f, slice, at;
+    favor__seqv sv;
+    favor__sm x;
+    int dec;
+    for (s = 0; s < favor__nseq(opts); ++s) {
+        favor__seqv_make(&sv, q, k, v, q, opts, s);
+        if (!(f = favor__softmax_plan(&x, &sv, opts, nt, &slice, &at, &dec))) return 0;
+        if (f > most) most = f;
+    }
+    return most;
+}
+
+/* One sequence of a softmax call (x planned by favor__softmax_plan) */
+static void favor__softmax_run(favor__sm *x, size_t hq, size_t hkv, float *ws, size_t slice,
+                               size_t at, int dec, size_t nt)
+{
     long it, items;
-    size_t floats, nt, slice, blocks;
-    favor__why w = favor__why_of(opts);
-    if ((st = favor__check_qkvo(q, k, v, out, &sh, &w)) != FAVOR_OK) return st;
-    if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
-    if ((st = favor__check_mods(opts, q->heads, 0, &sh)) != FAVOR_OK) return st;
-    if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
-    nt = favor__nthreads(opts);
-    s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
-    if (favor__decode_plan(&x, q, k, v, opts)) {
-        size_t at;
-        if (!(floats = favor__decode_floats(&x, sh.hkv, nt, &slice, &at)))
-            return favor__too_big(opts);
-        if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
-        x.o = out;
-        x.lse = opts ? opts->lse : NULL;
-        x.part = ws + at;
-        x.s = s;
-        items = (long)(sh.hkv * x.nblk);
+    size_t blocks = (x->n + FAVOR__BQ - 1) / FAVOR__BQ;
+    (void)nt;
+    if (dec) {
+        x->part = ws + at;
+        items = (long)(hkv * x->nblk);
 #ifdef _OPENMP
 #pragma omp parallel num_threads((int)nt)
 #endif
@@ -3460,32 +3766,67 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
 #pragma omp for schedule(dynamic, 1)
 #endif
             for (it = 0; it < items; ++it)
-                favor__decode_block(&x, (size_t)it / x.nblk, (size_t)it % x.nblk,
+                favor__decode_block(x, (size_t)it / x->nblk, (size_t)it % x->nblk,
                                     ws + FAVOR__TID() * slice);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (it = 0; it < (long)(sh.hkv * x.R); ++it)
-                favor__decode_merge(&x, (size_t)it / x.R, (size_t)it % x.R,
+            for (it = 0; it < (long)(hkv * x->R); ++it)
+                favor__decode_merge(x, (size_t)it / x->R, (size_t)it % x->R,
                                     ws + FAVOR__TID() * slice);
         }
-        favor__ws_put(owned);
-        return FAVOR_OK;
+        return;
     }
-    if (!(floats = favor__slices(favor__softmax_floats(q, k, v), nt, &slice)))
-        return favor__too_big(opts);
-    if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
-    x.o = out;
-    x.lse = opts ? opts->lse : NULL;
-    x.s = s;
-    blocks = (sh.n + FAVOR__BQ - 1) / FAVOR__BQ;
-    items = (long)(sh.hq * blocks);
+    items = (long)(hq * blocks);
+    if (x->md.mask) favor__mask_maps(&x->md, x->n, x->nk, ws + at, ws, slice, nt);
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
     for (it = 0; it < items; ++it)
-        favor__softmax_block(&x, (size_t)it / blocks, ((size_t)it % blocks) * FAVOR__BQ,
+        favor__softmax_block(x, (size_t)it / blocks, ((size_t)it % blocks) * FAVOR__BQ,
                              ws + FAVOR__TID() * slice);
+}
+
+FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const favor_tensor *k,
+                                                   const favor_tensor *v,
+                                                   const favor_options *opts)
+{
+    if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
+    return favor__ws_bytes(favor__softmax_floats_all(q, k, v, opts, favor__nthreads(opts)));
+}
+
+FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favor_tensor *k,
+                                               const favor_tensor *v, const favor_tensor *out,
+                                               const favor_options *opts)
+{
+    favor__shape sh;
+    favor_status st;
+    float *ws, s;
+    void *owned;
+    size_t floats, nt, seq;
+    favor__why w = favor__why_of(opts);
+    if ((st = favor__check_qkvo(q, k, v, out, &sh, &w)) != FAVOR_OK) return st;
+    if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
+    if ((st = favor__check_mods(opts, q, k, 0, &sh)) != FAVOR_OK) return st;
+    if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
+    nt = favor__nthreads(opts);
+    s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
+    if (!(floats = favor__softmax_floats_all(q, k, v, opts, nt))) return favor__too_big(opts);
+    if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
+    for (seq = 0; seq < favor__nseq(opts); ++seq) {
+        favor__seqv sv;
+        favor__sm x;
+        size_t slice, at;
+        int dec;
+        favor__seqv_make(&sv, q, k, v, out, opts, seq);
+        if (!sv.q.rows) continue;
+        favor__softmax_plan(&x, &sv, opts, nt, &slice, &at, &dec);
+        x.o = &sv.o;
+        x.lse = opts && opts->lse ? opts->lse + sv.q0 : NULL;
+        x.ldl = sh.n;
+        x.s = s;
+        favor__softmax_run(&x, sh.hq, sh.hkv, ws, slice, at, dec, nt);
+    }
     favor__ws_put(owned);
     return FAVOR_OK;
 }
@@ -4863,7 +5204,7 @@ static size_t favor__softmax_bwd_floats(size_t d, size_t dv)
     size_t a, b;
     if (!favor__add_ok(d, dv, &a) || !favor__add_ok(a, d, &a) || !favor__mul_ok(a, FAVOR__BQ, &a))
         return 0;
-    b = 3 * FAVOR__BK * FAVOR__BQ + 6 * FAVOR__BQ;
+    b = 5 * FAVOR__BK * FAVOR__BQ + 6 * FAVOR__BQ; /* St, dP, T, the mask's two */
     return favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
 }
 
@@ -4872,7 +5213,7 @@ static size_t favor__softmax_bwd_floats(size_t d, size_t dv)
 static void favor__softmax_bwd_lse(const float *Qt, const float *K, size_t ldk, size_t d,
                                    const favor__blk *bk, const favor__mods *md, float sink,
                                    float *St, float *m, float *alpha, float *mc, float *tmp,
-                                   float *L)
+                                   float *L, float *mb)
 {
     double l[FAVOR__BQ];
     size_t j0, r;
@@ -4883,7 +5224,8 @@ static void favor__softmax_bwd_lse(const float *Qt, const float *K, size_t ldk, 
     }
     for (j0 = bk->beg; j0 < bk->end; j0 += FAVOR__BK) {
         size_t nb = bk->end - j0 < FAVOR__BK ? bk->end - j0 : FAVOR__BK;
-        favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, NULL, nb, d, j0, bk, md);
+        if (!favor__tile_live(bk, j0, nb)) continue;
+        favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, NULL, nb, d, j0, bk, md, mb);
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
     }
     for (r = 0; r < bk->nq; ++r) L[r] = favor__row_end(m[r], l[r], sink, &f);
@@ -4940,7 +5282,8 @@ static double favor__softmax_bwd_rows(const float *Q, size_t ldq, const float *K
     } else {
         favor__blk bk;
         favor__blk_make(&bk, md, n, nk, i0, h);
-        favor__softmax_bwd_lse(Qt, K, ldk, d, &bk, md, sink, St, m, alpha, mc, tmp, L);
+        favor__softmax_bwd_lse(Qt, K, ldk, d, &bk, md, sink, St, m, alpha, mc, tmp, L,
+                               L + 2 * BQ + BK * BQ);
     }
     for (r = 0; r < BQ; ++r)
         if (r >= nq || L[r] == -INFINITY) L[r] = INFINITY;
@@ -4967,7 +5310,7 @@ static void favor__softmax_bwd_keys(const float *Q, size_t ldq, const float *K, 
 {
     const size_t BQ = FAVOR__BQ, BK = FAVOR__BK;
     float *Gt = ws + d * BQ, *St = Gt + dv * BQ, *dPt = St + BK * BQ;
-    float *L = favor__softmax_bwd_L(ws, d, dv), *D = L + BQ, *T = D + BQ;
+    float *L = favor__softmax_bwd_L(ws, d, dv), *D = L + BQ, *T = D + BQ, *mb = T + BK * BQ;
     float *Tt = md->cap > 0.0f ? T : NULL;
     size_t j0, r, kend;
     favor__blk bk;
@@ -4976,7 +5319,8 @@ static void favor__softmax_bwd_keys(const float *Q, size_t ldq, const float *K, 
     kend = bk.end < kb1 ? bk.end : kb1;
     for (j0 = kb0 > bk.beg ? kb0 : bk.beg; j0 < kend; j0 += BK) {
         size_t j, nb = kend - j0 < BK ? kend - j0 : BK, nq = bk.nq;
-        favor__softmax_scores(K + j0 * ldk, ldk, ws, St, Tt, nb, d, j0, &bk, md);
+        if (!favor__tile_live(&bk, j0, nb)) continue;
+        favor__softmax_scores(K + j0 * ldk, ldk, ws, St, Tt, nb, d, j0, &bk, md, mb);
         for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, L, BQ); /* P^T */
         favor__gemm(nb, BQ, dv, V + j0 * ldv, ldv, 1, Gt, BQ, dPt, BQ, 0);
         for (j = 0; j < nb; ++j) favor__dsoftmax(dPt + j * BQ, St + j * BQ, D, s, BQ);
@@ -5041,7 +5385,9 @@ static void favor__sbv_make(favor__sbv *x, const favor_tensor *q, const favor_te
 /* what a softmax backward block needs besides the views */
 typedef struct {
     const favor__shape *sh;
-    const float *lse; /* [hq][n], or NULL: each block recomputes its rows' */
+    const float *lse; /* head h's rows at lse + h ldl, or NULL: each block
+                         recomputes its rows' */
+    size_t ldl;
     int in_dq;        /* without lse: the split keeps it in column 0 of dq's rows */
     float s;
     favor__mods md;
@@ -5060,7 +5406,7 @@ static void favor__sbv_rows(const favor__sbv *x, const favor__sbp *bp, size_t t,
         (const float *)x->K.data, x->K.row_stride,
         (const float *)x->O.data + t * x->O.head_stride, x->O.row_stride,
         (const float *)x->G.data + t * x->G.head_stride, x->G.row_stride,
-        bp->lse ? bp->lse + h * sh->n : bp->in_dq ? DQ : NULL, bp->lse ? 1 : x->DQ.row_stride,
+        bp->lse ? bp->lse + h * bp->ldl : bp->in_dq ? DQ : NULL, bp->lse ? 1 : x->DQ.row_stride,
         sh->n, sh->nk, sh->d, sh->dv, bp->s, &bp->md, h, i0, ws);
     if (sink && bp->dsink) bp->dsink[h] += ds;
 }
@@ -5181,11 +5527,15 @@ FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *
 {
     size_t slice, stg, stage_at, part_at, all;
     int split;
+    favor__mods md;
     if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
     all = favor__softmax_bwd_plan(q, k, v, q, q, q, k, v, favor__any16(q, k, v),
                                   favor__nthreads(opts), &split, &slice, &stg, &stage_at,
                                   &part_at);
-    if (!all || !favor__add_ok(all, favor__dsink_floats(opts, favor__nheads(q)), &all)) return 0;
+    favor__mods_of(&md, opts, q->heads);
+    if (!all || !favor__add_ok(all, favor__map_floats(&md, q->rows, k->rows), &all) ||
+        !favor__add_ok(all, favor__dsink_floats(opts, favor__nheads(q)), &all))
+        return 0;
     return favor__ws_bytes(all);
 }
 
@@ -5309,40 +5659,66 @@ FAVOR_API favor_status favor_softmax_attention_backward(
     void *owned;
     long g;
     int split;
-    size_t floats, nt, slice, stg = 0, stage_at = 0, part_at = 0;
+    size_t floats, nt, slice, stg = 0, stage_at = 0, part_at = 0, map_at = 0, seq;
     favor__why w = favor__why_of(opts);
     if ((st = favor__check_backward(q, k, v, out, dout, dq, dk, dv, 1, &sh, &w)) != FAVOR_OK)
         return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
-    if ((st = favor__check_mods(opts, q->heads, 1, &sh)) != FAVOR_OK) return st;
+    if ((st = favor__check_mods(opts, q, k, 1, &sh)) != FAVOR_OK) return st;
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
+    favor__mods_of(&bp.md, opts, q->heads);
     if (!(floats = favor__softmax_bwd_plan(q, k, v, out, dout, dq, dk, dv, 0, nt, &split, &slice,
                                            &stg, &stage_at, &part_at)) ||
+        (map_at = floats, 0) ||
+        !favor__add_ok(floats, favor__map_floats(&bp.md, sh.n, sh.nk), &floats) ||
         !favor__add_ok(floats, favor__dsink_floats(opts, sh.hq), &floats))
         return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
-    bp.sh = &sh;
-    bp.lse = opts ? opts->lse : NULL;
     bp.in_dq = 0;
+    bp.ldl = sh.n;
     bp.s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
-    favor__mods_of(&bp.md, opts, q->heads);
     bp.dsink = NULL;
     if (favor__dsink_floats(opts, sh.hq)) { /* after the rest, at an even float */
         size_t at = floats - favor__dsink_floats(opts, sh.hq);
         bp.dsink = (double *)(void *)(ws + at + (at & 1));
         memset(bp.dsink, 0, sh.hq * sizeof(double));
     }
-    if (split) {
-        favor__softmax_bwd_split_run(q, k, v, out, dout, dq, dk, dv, &bp, ws, slice,
-                                     ws + stage_at, stg, ws + part_at, nt);
-    } else {
+    for (seq = 0; seq < favor__nseq(opts); ++seq) { /* one sequence after another */
+        favor__seqv sv, gv; /* the sequence's q, k, v, out, mask; dout, dq, dk, dv */
+        favor__shape ss = sh;
+        favor__seqv_make(&sv, q, k, v, out, opts, seq);
+        gv.q = favor__rows(dq, sv.q0, sv.q.rows);
+        gv.k = favor__rows(dk, sv.k0, sv.k.rows);
+        gv.v = favor__rows(dv, sv.k0, sv.k.rows);
+        gv.o = favor__rows(dout, sv.q0, sv.q.rows);
+        if (!sv.q.rows) { /* keys no query sees: zero gradients */
+            size_t h;
+            for (h = 0; h < sh.hkv; ++h) {
+                favor__zero_rows(&gv.k, h, 0, sv.k.rows);
+                favor__zero_rows(&gv.v, h, 0, sv.k.rows);
+            }
+            continue;
+        }
+        ss.n = sv.q.rows;
+        ss.nk = sv.k.rows;
+        bp.sh = &ss;
+        bp.lse = opts && opts->lse ? opts->lse + sv.q0 : NULL;
+        if (bp.md.mask) {
+            bp.md.mask = &sv.mask;
+            favor__mask_maps(&bp.md, ss.n, ss.nk, ws + map_at, ws, slice, nt);
+        }
+        if (split) {
+            favor__softmax_bwd_split_run(&sv.q, &sv.k, &sv.v, &sv.o, &gv.o, &gv.q, &gv.k, &gv.v,
+                                         &bp, ws, slice, ws + stage_at, stg, ws + part_at, nt);
+        } else {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
-        for (g = 0; g < (long)sh.hkv; ++g)
-            favor__softmax_bwd_head(q, k, v, out, dout, dq, dk, dv, &bp, (size_t)g,
-                                    ws + FAVOR__TID() * slice);
+            for (g = 0; g < (long)sh.hkv; ++g)
+                favor__softmax_bwd_head(&sv.q, &sv.k, &sv.v, &sv.o, &gv.o, &gv.q, &gv.k, &gv.v,
+                                        &bp, (size_t)g, ws + FAVOR__TID() * slice);
+        }
     }
     if (bp.dsink) { /* dL/dsink_h: the sums of its heads, batch element by element */
         size_t h, b;
