@@ -22,6 +22,22 @@
  * t = s q.k, through 1 + d + d (d + 1) / 2 features (d <= 4096), so --features,
  * --seed and --projection do not apply and its timing line shows that width.
  *
+ * Score variants (softmax; favor.h's favor_options): --window LEFT,RIGHT
+ * (FAVOR_WINDOW; query row i, at position p = i + n_k - n, sees key j when
+ * p - LEFT <= j <= p + RIGHT, a negative side unbounded), --softcap C (each
+ * scaled score x becomes C tanh(x / C)), --alibi SLOPES.npy and --sinks
+ * SINKS.npy (one float per head of Q, or of one batch element of Q: the score
+ * loses m_h |p - j|; exp(s_h) joins each row's denominator) and --mask
+ * MASK.npy (added to the scores last: [n, n_k] for every head or [heads, n,
+ * n_k], float16 or float32 as read, float64 rounded to float32; -inf hides a
+ * key). --seqlens LENS.npy (every method) packs sequences along the rows: an
+ * int32 or int64 vector of lengths summing to n = n_k, passed as favor.h's
+ * seq_q = seq_k offsets (0, then the running sums); each sequence sees only its
+ * own keys, with positions from its own start (linear attention: its own
+ * state). The tool checks the files' shapes and types and refuses the softmax
+ * variants with a linear method (status 2); favor.h judges the values (a
+ * negative softcap, a NaN slope), and its opts.error text is printed.
+ *
  * Element types. float16 and float32 inputs go to favor.h as they are, as
  * FAVOR_F16 and FAVOR_F32 views (favor.h widens 16-bit elements as it reads
  * them; any mix is fine); float64 is rounded to float32 first. --storage f16
@@ -209,9 +225,29 @@ typedef struct {
     size_t shape[MAX_RANK];
     size_t count;      /* elements */
     int itemsize;      /* in the file: 2, 4 or 8 */
+    char kind;         /* in the file: 'f' float or 'i' signed integer */
     favor_dtype dtype; /* in memory: FAVOR_F32, FAVOR_F16 or FAVOR_BF16 */
-    void *data;        /* count elements of dtype */
+    void *data;        /* count elements of dtype (integers: int64_t) */
 } npy_array;
+
+/* read_npy's `storage` for integer files: int32 or int64, read as int64_t */
+#define AS_INT64 (-2)
+
+/* The types a reader takes, for its messages: floats or integers. */
+static const char *types_taken(char kind)
+{
+    return kind == 'i' ? "int32 or int64, little-endian ('<i4', '<i8')"
+                       : "float16, float32 or float64, little-endian ('<f2', '<f4', '<f8')";
+}
+
+/* The itemsize of descr's type (its byte order aside) when it is one of kind's
+ * types, else 0. */
+static int descr_size(const char *descr, char kind)
+{
+    if (descr[0] == '\0' || descr[1] != kind) return 0;
+    if (descr[2] != '4' && descr[2] != '8' && (kind != 'f' || descr[2] != '2')) return 0;
+    return descr[3] == '\0' ? descr[2] - '0' : 0;
+}
 
 typedef struct {
     const char *path, *p, *end;
@@ -306,12 +342,13 @@ static void shape_string(char *buf, size_t cap, const size_t *shape, int rank)
     if (n < cap) snprintf(buf + n, cap - n, rank == 1 ? ",)" : ")");
 }
 
-/* Parse the header dict into a's rank, shape and itemsize. */
-static void parse_header(const char *path, const char *h, size_t len, npy_array *a)
+/* Parse the header dict into a's rank, shape and itemsize; the type must be
+ * one of kind's ('f' floats, 'i' integers). */
+static void parse_header(const char *path, const char *h, size_t len, npy_array *a, char kind)
 {
     hdr_cursor c;
     char key[32], descr[64];
-    int seen_descr = 0, seen_fortran = 0, seen_shape = 0, fortran = 0;
+    int seen_descr = 0, seen_fortran = 0, seen_shape = 0, fortran = 0, size;
     c.path = path;
     c.p = h;
     c.end = h + len;
@@ -324,9 +361,8 @@ static void parse_header(const char *path, const char *h, size_t len, npy_array 
         if (!strcmp(key, "descr") && !seen_descr) {
             skip_ws(&c);
             if (c.p < c.end && *c.p == '[')
-                data_error("%s: structured dtypes are not supported (float16, float32 or "
-                           "float64 only)",
-                           path);
+                data_error("%s: structured dtypes are not supported (%s only)", path,
+                           types_taken(kind));
             parse_string(&c, descr, sizeof descr);
             seen_descr = 1;
         } else if (!strcmp(key, "fortran_order") && !seen_fortran) {
@@ -357,18 +393,16 @@ static void parse_header(const char *path, const char *h, size_t len, npy_array 
                    path);
     /* '<' little-endian; '=' native and '|' not applicable mean the same here
      * only on a little-endian host */
-    if ((descr[0] == '<' || ((descr[0] == '=' || descr[0] == '|') && host_is_little_endian())) &&
-        descr[1] == 'f' && (descr[2] == '2' || descr[2] == '4' || descr[2] == '8') &&
-        descr[3] == '\0') {
-        a->itemsize = descr[2] - '0';
-    } else if (descr[0] == '>' && descr[1] == 'f' &&
-               (descr[2] == '2' || descr[2] == '4' || descr[2] == '8') && descr[3] == '\0') {
-        data_error("%s: big-endian data ('%s') is not supported: save it as '<f%c'", path, descr,
-                   descr[2]);
+    size = descr_size(descr, kind);
+    if (size &&
+        (descr[0] == '<' || ((descr[0] == '=' || descr[0] == '|') && host_is_little_endian()))) {
+        a->itemsize = size;
+        a->kind = kind;
+    } else if (size && descr[0] == '>') {
+        data_error("%s: big-endian data ('%s') is not supported: save it as '<%c%c'", path, descr,
+                   kind, descr[2]);
     } else {
-        data_error("%s: dtype '%s' is not supported: float16, float32 or float64, little-endian "
-                   "('<f2', '<f4', '<f8')",
-                   path, descr);
+        data_error("%s: dtype '%s' is not supported: %s", path, descr, types_taken(kind));
     }
 }
 
@@ -407,13 +441,13 @@ static void put_value(const npy_array *a, size_t i, double x)
 }
 
 /* Read the array at path into a, its elements as `storage` (a favor_dtype), or,
- * for storage < 0, as read: float16 and float32 as they are, float64 rounded
- * to float32. */
+ * for storage -1, as read: float16 and float32 as they are, float64 rounded
+ * to float32. AS_INT64 reads an int32 or int64 file into int64_t elements. */
 static void read_npy(const char *path, npy_array *a, int storage)
 {
     unsigned char pre[12], *buf;
     char *header;
-    size_t hlen, prefix, bytes, done, i;
+    size_t hlen, prefix, bytes, done, i, elsize;
     int i_dim, version;
     struct stat sb;
     FILE *fp = fopen(path, "rb");
@@ -442,7 +476,7 @@ static void read_npy(const char *path, npy_array *a, int storage)
     read_exact(fp, path, header, hlen, "header");
     header[hlen] = '\0';
     if (memchr(header, '\0', hlen)) data_error("%s: malformed .npy header: a NUL byte", path);
-    parse_header(path, header, hlen, a);
+    parse_header(path, header, hlen, a, storage == AS_INT64 ? 'i' : 'f');
     free(header);
 
     a->count = 1;
@@ -469,16 +503,22 @@ static void read_npy(const char *path, npy_array *a, int storage)
                        have - (uintmax_t)bytes, bytes);
     }
     a->dtype = storage >= 0 ? (favor_dtype)storage : a->itemsize == 2 ? FAVOR_F16 : FAVOR_F32;
-    if (a->count > SIZE_MAX / favor_dtype_size(a->dtype)) /* float16 widened */
+    elsize = a->kind == 'i' ? sizeof(int64_t) : favor_dtype_size(a->dtype);
+    if (a->count > SIZE_MAX / elsize) /* float16 or int32 widened */
         data_error("%s: out of memory (%zu elements)", path, a->count);
-    a->data = malloc(a->count * favor_dtype_size(a->dtype));
+    a->data = malloc(a->count * elsize);
     buf = malloc(IO_CHUNK);
     if (!a->data || !buf) data_error("%s: out of memory (%zu elements)", path, a->count);
     for (done = 0; done < bytes;) {
         size_t n = bytes - done < IO_CHUNK ? bytes - done : IO_CHUNK, first = done / a->itemsize;
         read_exact(fp, path, buf, n, "data");
         for (i = 0; i < n / a->itemsize; ++i) {
-            if (a->itemsize == 2) {
+            if (a->kind == 'i') { /* two's complement, widened to 64 bits */
+                uint64_t u = get_le(buf + (size_t)a->itemsize * i, a->itemsize);
+                if (a->itemsize == 4) u = (u ^ 0x80000000u) - 0x80000000u;
+                ((int64_t *)a->data)[first + i] =
+                    u >> 63 ? -(int64_t)(~u) - 1 : (int64_t)u;
+            } else if (a->itemsize == 2) {
                 uint16_t h = (uint16_t)get_le(buf + 2 * i, 2);
                 if (a->dtype == FAVOR_F16) ((uint16_t *)a->data)[first + i] = h;
                 else put_value(a, first + i, widen16(h, FMT_F16));
@@ -647,6 +687,13 @@ typedef struct {
     double scale; /* 0: the default */
     const char *projection, *files[4];
     int given_kernel, given_features, given_seed;
+    /* softmax's score variants (favor_options); 0 or NULL: not given */
+    int window;                    /* --window: FAVOR_WINDOW with these sides */
+    long long window_left, window_right;
+    float softcap;
+    int given_softcap;
+    const char *alibi, *sinks, *mask; /* .npy paths */
+    const char *seqlens;              /* every method */
 } config;
 
 static void usage(void)
@@ -688,6 +735,27 @@ static void usage(void)
            "                                                            default f4\n"
            "  --help             this text\n"
            "\n"
+           "Softmax's score variants (each off unless given; favor.h's favor_options;\n"
+           "a row's scores x = s q.k -> softcap -> minus ALiBi -> plus mask, keys\n"
+           "outside the causal rule, the window or the row's sequence hidden):\n"
+           "  --window L,R       query i (position p = i + n_k - n) sees key j only\n"
+           "                     when p - L <= j <= p + R; a negative side is\n"
+           "                     unbounded (with --causal, R is 0)\n"
+           "  --softcap C        each score x becomes C tanh(x / C); C > 0 (0: none)\n"
+           "  --alibi M.npy      ALiBi: [heads] slopes m_h (Q's heads; float, float32\n"
+           "                     in favor.h); score -= m_h |p - j|\n"
+           "  --sinks S.npy      [heads] sink logits s_h: exp(s_h) joins each row's\n"
+           "                     softmax denominator and adds no value\n"
+           "  --mask A.npy       additive mask, [n, n_k] (every head) or [heads, n,\n"
+           "                     n_k]: float16 or float32 as read (float64 rounded\n"
+           "                     to float32), -inf hides a key\n"
+           "Every method:\n"
+           "  --seqlens L.npy    packed sequences: their int32 or int64 lengths\n"
+           "                     along the rows, summing to n = n_k (Q and K/V\n"
+           "                     packed alike); each sequence sees only its own\n"
+           "                     keys, with its own positions (linear attention:\n"
+           "                     its own state, from empty)\n"
+           "\n"
            "Prints one line with the method, the sizes and the time of the attention\n"
            "call. Errors print one line to stderr and exit 1 (2: bad command line);\n"
            "OUT is replaced only by a complete result.\n");
@@ -704,6 +772,42 @@ static unsigned long long parse_uint(const char *opt, const char *val, unsigned 
     if (*end || errno == ERANGE || v < lo || v > hi)
         usage_error("%s needs an integer in [%llu, %llu], not '%s'", opt, lo, hi, val);
     return v;
+}
+
+/* A number; its value is favor.h's to judge (as a float: beyond float's
+ * range +-inf, which it refuses, and a nonzero value that would be 0 refused
+ * here, so no option is silently turned off). */
+static float parse_float(const char *opt, const char *val)
+{
+    char *end;
+    double x = strtod(val, &end);
+    if (end == val || *end) usage_error("%s needs a number, not '%s'", opt, val);
+    if (x != 0.0 && fabs(x) < FLT_MIN && (float)x == 0.0f)
+        usage_error("%s %s is too small for a float (it would be 0)", opt, val);
+    return x > FLT_MAX ? INFINITY : x < -FLT_MAX ? -INFINITY : (float)x;
+}
+
+/* --window L,R: two integers; a negative side is unbounded */
+static void parse_window(const char *val, long long *left, long long *right)
+{
+    const char *r = strchr(val, ',');
+    char *end;
+    errno = 0;
+    if (r) {
+        *left = strtoll(val, &end, 10);
+        if (end != r || end == val) r = NULL;
+    }
+    if (r) {
+        *right = strtoll(r + 1, &end, 10);
+        if (*end || end == r + 1 || errno == ERANGE) r = NULL;
+    }
+    if (!r)
+        usage_error("--window needs two integers LEFT,RIGHT (a negative side unbounded), "
+                    "not '%s'",
+                    val);
+    if (*left > PTRDIFF_MAX || *right > PTRDIFF_MAX)
+        usage_error("--window %s: a side beyond %td (use a negative side: unbounded)", val,
+                    (ptrdiff_t)PTRDIFF_MAX);
 }
 
 static int parse_name(const char *opt, const char *val, const char *const *names, int n)
@@ -757,7 +861,9 @@ static void parse_args(int argc, char **argv, config *c)
         if (strcmp(opt, "--method") && strcmp(opt, "--kernel") && strcmp(opt, "--features") &&
             strcmp(opt, "--seed") && strcmp(opt, "--projection") && strcmp(opt, "--scale") &&
             strcmp(opt, "--threads") && strcmp(opt, "--repeat") && strcmp(opt, "--out-dtype") &&
-            strcmp(opt, "--storage"))
+            strcmp(opt, "--storage") && strcmp(opt, "--window") && strcmp(opt, "--softcap") &&
+            strcmp(opt, "--alibi") && strcmp(opt, "--sinks") && strcmp(opt, "--mask") &&
+            strcmp(opt, "--seqlens"))
             usage_error("unknown option '%s' (see --help)", opt);
         if (!val) {
             if (i + 1 == argc) usage_error("%s needs a value", opt);
@@ -786,6 +892,20 @@ static void parse_args(int argc, char **argv, config *c)
             c->threads = (int)parse_uint(opt, val, 0, 4096);
         } else if (!strcmp(opt, "--repeat")) {
             c->repeat = (size_t)parse_uint(opt, val, 1, 1000000);
+        } else if (!strcmp(opt, "--window")) {
+            parse_window(val, &c->window_left, &c->window_right);
+            c->window = 1;
+        } else if (!strcmp(opt, "--softcap")) {
+            c->softcap = parse_float(opt, val);
+            c->given_softcap = 1;
+        } else if (!strcmp(opt, "--alibi")) {
+            c->alibi = val;
+        } else if (!strcmp(opt, "--sinks")) {
+            c->sinks = val;
+        } else if (!strcmp(opt, "--mask")) {
+            c->mask = val;
+        } else if (!strcmp(opt, "--seqlens")) {
+            c->seqlens = val;
         } else if (!strcmp(opt, "--storage")) {
             if (!strcmp(val, "f32") || !strcmp(val, "f4") || !strcmp(val, "float32"))
                 c->storage = FAVOR_F32;
@@ -827,6 +947,10 @@ static void parse_args(int argc, char **argv, config *c)
         usage_error("--scale has no effect with --method elu (elu(x)+1 is not scaled)");
     if (c->out_type == FAVOR_BF16 && c->storage != FAVOR_BF16)
         usage_error("--out-dtype bf16 is for --storage bf16 (NumPy has no bfloat16)");
+    if (c->method != M_SOFTMAX &&
+        (c->window || c->given_softcap || c->alibi || c->sinks || c->mask))
+        usage_error("--window, --softcap, --alibi, --sinks and --mask are for --method softmax "
+                    "(linear attention has no scores to change)");
 }
 
 /* ------------------------------------------------------------------------
@@ -876,6 +1000,86 @@ static void check_shapes(const npy_array *q, const npy_array *k, const npy_array
                    q->shape[r - 3]);
 }
 
+/* ------------------------------------------------------------------------
+ * Score variants and packed sequences: their files, checked against the call
+ * ---------------------------------------------------------------------- */
+static void shape_error(const npy_array *a, const char *what, const char *expected)
+{
+    char s[256];
+    shape_string(s, sizeof s, a->shape, a->rank);
+    data_error("%s: %s is %s; expected %s", a->path, what, s, expected);
+}
+
+/* --alibi or --sinks: one float per query head of a batch element (favor's
+ * heads_q), as float32 */
+static float *read_per_head(const char *path, const char *what, size_t heads)
+{
+    npy_array a;
+    read_npy(path, &a, FAVOR_F32);
+    if (a.rank != 1 || a.shape[0] != heads) {
+        char e[64];
+        snprintf(e, sizeof e, "[%zu], one per head of Q", heads);
+        shape_error(&a, what, e);
+    }
+    return a.data;
+}
+
+/* --mask: [n, n_k] or [heads, n, n_k] (heads 1 or Q's), as read */
+static favor_tensor read_mask(const char *path, size_t heads, size_t n, size_t nk)
+{
+    npy_array a;
+    int r;
+    read_npy(path, &a, -1);
+    r = a.rank;
+    if ((r != 2 && r != 3) || a.shape[r - 2] != n || a.shape[r - 1] != nk ||
+        (r == 3 && a.shape[0] != heads && a.shape[0] != 1)) {
+        char e[160];
+        snprintf(e, sizeof e, "[n, n_k] = [%zu, %zu] or [heads, n, n_k] = [%zu, %zu, %zu]", n,
+                 nk, heads, n, nk);
+        shape_error(&a, "--mask", e);
+    }
+    return favor_tensor_packed_as(a.dtype, a.data, r == 3 ? a.shape[0] : 1, n, nk);
+}
+
+/* --seqlens: the lengths of the packed sequences, as cu_seqlens-style offsets
+ * (seqs + 1 of them, 0 to n) for both Q and K/V, packed alike */
+static size_t *read_seqlens(const char *path, size_t n, size_t nk, size_t *seqs)
+{
+    npy_array a;
+    size_t *off, s;
+    if (n != nk)
+        data_error("--seqlens packs Q and K/V alike, so n (%zu) must equal n_k (%zu)", n, nk);
+    read_npy(path, &a, AS_INT64);
+    if (a.rank != 1) shape_error(&a, "--seqlens", "a vector [sequences] of lengths");
+    off = malloc((a.count + 1) * sizeof *off); /* no overflow: int64_t each */
+    if (!off) data_error("%s: out of memory", path);
+    off[0] = 0;
+    for (s = 0; s < a.count; ++s) {
+        int64_t len = ((const int64_t *)a.data)[s];
+        if (len < 0)
+            data_error("%s: sequence %zu has the negative length %lld", path, s, (long long)len);
+        if ((uint64_t)len > n - off[s])
+            data_error("%s: the lengths add up past n = %zu (at sequence %zu)", path, n, s);
+        off[s + 1] = off[s] + (size_t)len;
+    }
+    if (off[a.count] != n)
+        data_error("%s: the lengths add up to %zu, not to n = %zu", path, off[a.count], n);
+    *seqs = a.count;
+    free(a.data);
+    return off;
+}
+
+/* the variants of the call, for the timing line */
+static void print_variants(const config *c, size_t seqs)
+{
+    if (c->window) printf(" window=%lld,%lld", c->window_left, c->window_right);
+    if (c->given_softcap) printf(" softcap=%g", (double)c->softcap);
+    if (c->alibi) printf(" alibi");
+    if (c->sinks) printf(" sinks");
+    if (c->mask) printf(" mask");
+    if (c->seqlens) printf(" seqs=%zu", seqs);
+}
+
 /* ------------------------------------------------------------------------ */
 static double now_ms(void)
 {
@@ -896,11 +1100,12 @@ int main(int argc, char **argv)
     npy_array q, k, v, w;
     favor_features f;
     favor_options opt = favor_default_options();
-    favor_tensor tq, tk, tv, to;
+    favor_tensor tq, tk, tv, to, tm;
     favor_status st = FAVOR_OK;
     char why[200]; /* the library's reason when a call is refused */
     size_t batch;
-    float *storage = NULL;
+    float *storage = NULL, *alibi = NULL, *sinks = NULL;
+    size_t *offsets = NULL, seqs = 0;
     void *out;
     void *workspace = NULL;
     size_t hq, hkv, n, nk, d, dv, ws = 0, oshape[4], rep, i, j;
@@ -939,6 +1144,11 @@ int main(int argc, char **argv)
     d = q.shape[r - 1];
     nk = k.shape[r - 2];
     dv = v.shape[r - 1];
+    /* the variants' files, checked against Q's heads (of one batch element) */
+    if (c.alibi) alibi = read_per_head(c.alibi, "--alibi", hq / batch);
+    if (c.sinks) sinks = read_per_head(c.sinks, "--sinks", hq / batch);
+    if (c.mask) tm = read_mask(c.mask, hq / batch, n, nk);
+    if (c.seqlens) offsets = read_seqlens(c.seqlens, n, nk, &seqs);
 
     if (c.method == M_ELU) {
         st = favor_features_init(&f, FAVOR_ELU1, d, 0, 0, 0, NULL);
@@ -998,9 +1208,18 @@ int main(int argc, char **argv)
     opt.error = why;
     opt.error_size = sizeof why;
     why[0] = '\0';
-    opt.flags = c.causal ? FAVOR_CAUSAL : 0u;
+    opt.flags = (c.causal ? FAVOR_CAUSAL : 0u) | (c.window ? FAVOR_WINDOW : 0u);
     opt.scale = (float)c.scale;
     opt.threads = c.threads;
+    opt.window_left = (ptrdiff_t)c.window_left;
+    opt.window_right = (ptrdiff_t)c.window_right;
+    opt.softcap = c.softcap;
+    opt.alibi = alibi;
+    opt.sinks = sinks;
+    opt.mask = c.mask ? &tm : NULL;
+    opt.seqs = seqs;
+    opt.seq_q = offsets;
+    opt.seq_k = offsets;
     /* the workspace once, so the timed calls do not allocate */
     ws = c.method == M_SOFTMAX ? favor_softmax_attention_workspace(&tq, &tk, &tv, &opt)
                                : favor_linear_attention_workspace(&f, &tq, &tk, &tv, &opt);
@@ -1032,13 +1251,18 @@ int main(int argc, char **argv)
         printf(PROG ": favor/%s m=%zu", kernel_names[c.kernel], c.features);
     else
         printf(PROG ": %s", method_names[c.method]);
-    printf(" %s heads=%zu kv_heads=%zu n=%zu n_k=%zu d=%zu dv=%zu %s: %.3f ms (median of %zu)\n",
-           c.causal ? "causal" : "non-causal", hq, hkv, n, nk, d, dv, favor_backend(), median,
-           c.repeat);
+    printf(" %s", c.causal ? "causal" : "non-causal");
+    print_variants(&c, seqs);
+    printf(" heads=%zu kv_heads=%zu n=%zu n_k=%zu d=%zu dv=%zu %s: %.3f ms (median of %zu)\n", hq,
+           hkv, n, nk, d, dv, favor_backend(), median, c.repeat);
     free(times);
     free(workspace);
     free(out);
     free(storage);
+    free(alibi);
+    free(sinks);
+    free(offsets);
+    if (c.mask) free(tm.data);
     free(q.data);
     free(k.data);
     free(v.data);

@@ -155,6 +155,54 @@ def poly2_ref(q, k, v, scale, causal):
     return torch.where(den > 0, out, torch.zeros_like(out))
 
 
+def positions(n, nk, seqlens):
+    """Positions and sequence ids of the query rows and the keys: p_i = i + (nk - n)
+    and j, one sequence; packed (n == nk), each counted from its sequence's start."""
+    if seqlens is None:
+        return (torch.arange(n) + (nk - n), torch.arange(nk),
+                torch.zeros(n, dtype=torch.long), torch.zeros(nk, dtype=torch.long))
+    lens = torch.as_tensor(np.asarray(seqlens, dtype=np.int64))
+    ids = torch.repeat_interleave(torch.arange(len(lens)), lens)
+    pos = torch.arange(n) - (torch.cumsum(lens, 0) - lens)[ids]
+    return pos, pos, ids, ids
+
+
+def variants_ref(q, k, v, scale, causal=False, window=None, softcap=None, alibi=None,
+                 sinks=None, mask=None, seqlens=None):
+    """Exact softmax on the explicit score matrix, in favor.h's order: x = s q.k,
+    softcap c tanh(x/c), minus ALiBi m_h |p_i - j|, plus the mask; -inf for the keys
+    outside the causal rule (j <= p_i), the window (p_i - L <= j <= p_i + R, a
+    negative side unbounded) and the row's sequence; the sink logits a column of
+    the softmax, dropped after it. A row that sees nothing is zero. alibi and
+    sinks: one per query head (float64 tensors)."""
+    x = (q @ k.transpose(-1, -2)) * scale
+    if softcap is not None:
+        x = softcap * torch.tanh(x / softcap)
+    pq, pk, sq, sk = positions(q.shape[-2], k.shape[-2], seqlens)
+    dist = pq[:, None] - pk[None, :]  # p_i - j
+
+    def per_head(t):  # [heads] -> broadcast over rows and keys
+        return t.reshape(-1, 1, 1) if q.dim() >= 3 else t.reshape(1, 1)
+    if alibi is not None:
+        x = x - per_head(alibi) * dist.abs()
+    if mask is not None:
+        x = x + mask
+    see = sq[:, None] == sk[None, :]
+    if causal:
+        see &= dist >= 0
+    if window is not None and window[0] >= 0:
+        see &= dist <= window[0]
+    if window is not None and window[1] >= 0:
+        see &= dist >= -window[1]
+    x = x.masked_fill(~see, float("-inf"))
+    if sinks is not None:
+        x = torch.cat([x, per_head(sinks).expand(*x.shape[:-1], 1)], -1)
+    p = torch.nan_to_num(torch.softmax(x, -1), nan=0.0)
+    if sinks is not None:
+        p = p[..., :-1]
+    return p @ v
+
+
 def phi_ref(x, kernel, w, scale):
     """The feature maps of favor.h's manual, unstabilized (c = 0), x' = sqrt(s) x.
     For FAVOR+ this is the Performer's softmax kernel feature map with
@@ -217,9 +265,9 @@ def raw_npy(path, header, data=b"", version=(1, 0), hlen=None):
 RESULTS = []  # (name, err, tol, a 16-bit output?)
 
 
-def case(work, name, method, qs, ks, vs, dtype=np.float32, causal=False, scale=None,
-         kernel="positive", m=None, wdtype=np.float64, versions=(None, None, None),
-         out_dtype=None):
+def inputs(work, name, qs, ks, vs, dtype=np.float32, versions=(None, None, None)):
+    """Random Q, K, V of a case, fixed by its name, saved: (rng, q, k, v, the paths
+    of Q, K, V and OUT)."""
     rng = np.random.default_rng(zlib.crc32(name.encode()))  # fixed data per case
     q = rng.normal(0.0, 0.5, qs).astype(dtype)
     k = rng.normal(0.0, 0.5, ks).astype(dtype)
@@ -227,6 +275,13 @@ def case(work, name, method, qs, ks, vs, dtype=np.float32, causal=False, scale=N
     paths = [os.path.join(work, "%s.%s.npy" % (name, t)) for t in "qkvo"]
     for p, a, ver in zip(paths, (q, k, v), versions):
         save(p, a, ver)
+    return rng, q, k, v, paths
+
+
+def case(work, name, method, qs, ks, vs, dtype=np.float32, causal=False, scale=None,
+         kernel="positive", m=None, wdtype=np.float64, versions=(None, None, None),
+         out_dtype=None):
+    rng, q, k, v, paths = inputs(work, name, qs, ks, vs, dtype, versions)
     args = ["--method", method] + (["--causal"] if causal else [])
     if scale is not None:
         args += ["--scale", repr(scale)]
@@ -374,6 +429,108 @@ def agreement(work):
             RESULTS.append(("softmax-descr-=f8-|f4", err, tol, False))
             if not err <= tol:
                 fail("native byte order: max|err| %.3e > %.3e" % (err, tol))
+
+
+# --------------------------------------------------------------------------
+# Score variants of softmax (--window, --softcap, --alibi, --sinks, --mask) and
+# packed sequences (--seqlens, every method), against the explicit score matrix
+# --------------------------------------------------------------------------
+def variant_case(work, name, method, qs, ks, vs, causal=False, scale=None, window=None,
+                 softcap=None, alibi=False, sinks=False, mask=None, mask_dtype=np.float32,
+                 seqlens=None, seqlens_dtype=np.int64):
+    """One run with the given variants: alibi, sinks: drawn per query head (slopes
+    2^(-8h/H) in a float64 file, logits N(0, 1) with head 1's -inf: no sink); mask:
+    "shared" [n, n_k] or "per-head" [heads, n, n_k], N(0, 1) with a quarter of it and
+    one row -inf; seqlens: the lengths (n = n_k). The reference: variants_ref for
+    softmax; for elu+1, each sequence alone (its own empty state)."""
+    rng, q, k, v, paths = inputs(work, name, qs, ks, vs)
+    heads, n, nk = (qs[-3] if len(qs) >= 3 else 1), qs[-2], ks[-2]
+    s = scale if scale is not None else 1.0 / qs[-1] ** 0.5
+    args = ["--method", method] + (["--causal"] if causal else [])
+    if scale is not None:
+        args += ["--scale", repr(scale)]
+    if window is not None:
+        args += ["--window", "%d,%d" % window]
+    if softcap is not None:
+        args += ["--softcap", repr(softcap)]
+
+    def given(flag, arr):
+        """arr saved for flag; the values favor.h gets, in float64"""
+        path = os.path.join(work, "%s.%s.npy" % (name, flag[2:]))
+        save(path, arr)
+        args.extend([flag, path])
+        return None if arr.dtype.kind == "i" else t64(arr.astype(np.float32))
+    ref = dict(window=window, softcap=softcap, seqlens=seqlens)
+    if alibi:
+        ref["alibi"] = given("--alibi", 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads))
+    if sinks:
+        logits = rng.normal(0.0, 1.0, heads).astype(np.float32)
+        logits[1 % heads] = -np.inf if heads > 1 else logits[0]
+        ref["sinks"] = given("--sinks", logits)
+    if mask is not None:
+        m = rng.normal(0.0, 1.0, ((heads,) if mask == "per-head" else ()) + (n, nk))
+        m[rng.random(m.shape) < 0.25] = -np.inf
+        m[..., n // 2, :] = -np.inf
+        ref["mask"] = given("--mask", m.astype(mask_dtype))
+    if seqlens is not None:
+        given("--seqlens", np.asarray(seqlens, dtype=seqlens_dtype))
+    out = run_case(name, args + paths, tuple(qs[:-1]) + (vs[-1],), np.float32)
+    if out is None:
+        return
+    tq, tk, tv = t64(q), expand_kv(t64(k), heads), expand_kv(t64(v), heads)
+    if method == "softmax":
+        want = variants_ref(tq, tk, tv, s, causal, **ref)
+    else:  # linear: sequence by sequence, each from an empty state
+        ends = np.cumsum([0] + list(seqlens))
+        want = torch.cat([reference(method, tq[..., a:b, :], tk[..., a:b, :], tv[..., a:b, :],
+                                    causal, s)[0] for a, b in zip(ends[:-1], ends[1:]) if b > a],
+                         -2)
+    compare(name, out, want, 2e-5 * float(tv.abs().max()))
+
+
+def score_variants(work):
+    print("score variants and packed sequences against torch (float64):")
+    vc = variant_case
+    vc(work, "var-window-3d", "softmax", (2, 90, 16), (2, 90, 16), (2, 90, 16), window=(10, 5))
+    vc(work, "var-window-causal-gqa-n<nk", "softmax", (1, 4, 40, 16), (1, 2, 100, 16),
+       (1, 2, 100, 24), causal=True, window=(30, -1))
+    vc(work, "var-window-right-n>nk", "softmax", (2, 100, 16), (2, 60, 16), (2, 60, 16),
+       window=(-1, 7))
+    vc(work, "var-softcap-2d-scale1", "softmax", (80, 32), (80, 32), (80, 32), softcap=1.5,
+       scale=1.0)
+    vc(work, "var-alibi-causal-4d-gqa", "softmax", (2, 4, 70, 16), (2, 2, 90, 16),
+       (2, 2, 90, 16), causal=True, alibi=True)
+    vc(work, "var-alibi-3d-n<nk", "softmax", (4, 50, 16), (4, 120, 16), (4, 120, 16),
+       alibi=True)
+    vc(work, "var-sinks-causal-n>nk", "softmax", (3, 90, 16), (3, 60, 16), (3, 60, 16),
+       causal=True, sinks=True)
+    vc(work, "var-sinks-2d", "softmax", (60, 16), (60, 16), (60, 16), sinks=True)
+    # the layers of issue 24: GPT-OSS (causal window + sinks), Gemma 2 (softcap + window)
+    vc(work, "gpt-oss-window+sinks-gqa", "softmax", (1, 4, 96, 32), (1, 2, 96, 32),
+       (1, 2, 96, 32), causal=True, window=(16, 0), sinks=True)
+    vc(work, "gemma2-softcap+window", "softmax", (2, 96, 32), (2, 96, 32), (2, 96, 32),
+       causal=True, window=(20, 0), softcap=1.0)
+    # favor's decode path (few rows, many keys), every variant at once
+    vc(work, "var-decode-window+softcap+alibi+sinks", "softmax", (4, 3, 32), (2, 600, 32),
+       (2, 600, 32), causal=True, window=(100, -1), softcap=3.0, alibi=True, sinks=True)
+    # additive masks (a quarter -inf, one row all -inf): shared, per head in float16,
+    # and after softcap and ALiBi
+    vc(work, "var-mask-shared-3d", "softmax", (2, 64, 16), (2, 64, 16), (2, 64, 16),
+       mask="shared")
+    vc(work, "var-mask-per-head-f16-causal-gqa-n<nk", "softmax", (1, 4, 40, 16),
+       (1, 2, 80, 16), (1, 2, 80, 16), causal=True, mask="per-head", mask_dtype=np.float16)
+    vc(work, "var-mask+softcap+alibi", "softmax", (2, 60, 16), (2, 60, 16), (2, 60, 16),
+       mask="per-head", softcap=1.0, alibi=True)
+    # packed sequences (an empty one too): softmax with causal, window and sinks; elu+1,
+    # each sequence from an empty state
+    vc(work, "var-packed-causal-4d-gqa-i4", "softmax", (2, 4, 90, 16), (2, 2, 90, 16),
+       (2, 2, 90, 16), causal=True, seqlens=[30, 1, 45, 14], seqlens_dtype=np.int32)
+    vc(work, "var-packed-window+sinks", "softmax", (2, 100, 16), (2, 100, 16), (2, 100, 16),
+       window=(8, 3), sinks=True, seqlens=[40, 0, 60])
+    vc(work, "var-packed-elu-causal", "elu", (2, 90, 16), (2, 90, 16), (2, 90, 16),
+       causal=True, seqlens=[25, 50, 15])
+    vc(work, "var-packed-elu-4d-gqa", "elu", (2, 4, 70, 16), (2, 1, 70, 16), (2, 1, 70, 8),
+       seqlens=[33, 37])
 
 
 # --------------------------------------------------------------------------
@@ -608,6 +765,18 @@ def behaviour(work):
         fail("poly2: --threads 1 and the default threads gave different outputs")
     else:
         print("  timing line: " + r5.stdout.decode().strip())
+    # the variants given are named after causal / non-causal
+    sinks = os.path.join(work, "b.sinks.npy")
+    save(sinks, np.zeros(2, np.float32))
+    r7 = run(["--method", "softmax", "--causal", "--window", "8,-1", "--softcap", "30",
+              "--sinks", sinks] + p + [os.path.join(work, "b.variants.npy")])
+    pat = (r"^favor-npy: softmax causal window=8,-1 softcap=30 sinks heads=2 kv_heads=2 "
+           r"n=64 n_k=64 d=16 dv=16 \w+: [0-9.]+ ms \(median of 1\)\n$")
+    if r7.returncode or not re.match(pat, r7.stdout.decode()):
+        fail("variants' timing line: exit %d, %r does not match %r"
+             % (r7.returncode, r7.stdout.decode(), pat))
+    else:
+        print("  timing line: " + r7.stdout.decode().strip())
     r4 = run(["--seed", "8", "--features", "32"] + p + [outs[2]])  # replaces outs[2]
     if r4.returncode or np.array_equal(a, np.load(outs[2])):
         fail("another seed gave the same output (or failed: %d)" % r4.returncode)
@@ -668,8 +837,9 @@ def behaviour(work):
 NEGATIVE = 0
 
 
-def expect_error(work, name, args, out, code=None, max_file_bytes=None):
-    """Run twice (no output file; an existing one) and check the failure."""
+def expect_error(work, name, args, out, code=None, max_file_bytes=None, text=None):
+    """Run twice (no output file; an existing one) and check the failure (text: a
+    part its message must have)."""
     global NEGATIVE
     NEGATIVE += 1
     sentinel = b"an existing output that must survive\n"
@@ -693,6 +863,8 @@ def expect_error(work, name, args, out, code=None, max_file_bytes=None):
         if len(lines) != 1 or not err.endswith("\n") or \
                 not lines[0].startswith("favor-npy: error: "):
             fail("%s: stderr is not one 'favor-npy: error:' line: %r" % (what, err))
+        if text is not None and text not in err:
+            fail("%s: the message does not say %r: %r" % (what, text, err))
         if r.stdout:
             fail("%s: wrote to stdout: %r" % (what, r.stdout[:200]))
         after = sorted(os.listdir(work))
@@ -833,8 +1005,51 @@ def failures(work):
                   + [arr("d4097.npy", (2, 4097))] * 3 + [out]))
     os.symlink("no-such-file.npy", P("dangling.npy"))
     cases.append(("output a dangling link", good + [P("dangling.npy")]))
+    # score variants: files of the wrong shape or type, and values favor.h refuses
+    # (its own opts.error text: a negative softcap, a NaN slope, a +inf sink)
+    sm = ["--method", "softmax"]
+    save(P("heads3.npy"), np.array([0.5, 0.25, 0.125], np.float32))
+    save(P("heads2x1.npy"), np.zeros((2, 1), np.float32))
+    save(P("heads-i4.npy"), np.array([1, 2], np.int32))
+    save(P("slope-nan.npy"), np.array([0.5, np.nan]))
+    save(P("sink-inf.npy"), np.array([np.inf, 0.0], np.float32))
+    save(P("mask-31.npy"), np.zeros((32, 31), np.float32))
+    save(P("mask-3h.npy"), np.zeros((3, 32, 32), np.float32))
+    save(P("mask-4d.npy"), np.zeros((1, 2, 32, 32), np.float32))
+    save(P("lens-short.npy"), np.array([10, 21], np.int64))
+    save(P("lens-long.npy"), np.array([10, 30], np.int32))
+    save(P("lens-neg.npy"), np.array([8, -8, 32], np.int64))
+    save(P("lens-2d.npy"), np.array([[16, 16]], np.int64))
+    save(P("lens-f8.npy"), np.array([16.0, 16.0]))
+    save(P("lens-u8.npy"), np.array([16, 16], np.uint64))
+    cases += [
+        ("--alibi of 3 for 2 heads", sm + ["--alibi", P("heads3.npy")] + good + [out]),
+        ("--sinks of rank 2", sm + ["--sinks", P("heads2x1.npy")] + good + [out]),
+        ("--alibi int32", sm + ["--alibi", P("heads-i4.npy")] + good + [out]),
+        ("--alibi missing", sm + ["--alibi", P("nonexistent.npy")] + good + [out]),
+        ("--mask [n, n_k - 1]", sm + ["--mask", P("mask-31.npy")] + good + [out]),
+        ("--mask of 3 heads for 2", sm + ["--mask", P("mask-3h.npy")] + good + [out]),
+        ("--mask of rank 4", sm + ["--mask", P("mask-4d.npy")] + good + [out]),
+        ("--seqlens summing below n", ["--seqlens", P("lens-short.npy")] + good + [out]),
+        ("--seqlens summing past n", ["--seqlens", P("lens-long.npy")] + good + [out]),
+        ("--seqlens negative", ["--seqlens", P("lens-neg.npy")] + good + [out]),
+        ("--seqlens of rank 2", ["--seqlens", P("lens-2d.npy")] + good + [out]),
+        ("--seqlens float64", ["--seqlens", P("lens-f8.npy")] + good + [out]),
+        ("--seqlens uint64", ["--seqlens", P("lens-u8.npy")] + good + [out]),
+        ("--seqlens with n != n_k", ["--seqlens", P("lens-short.npy"), P("q.npy"),
+                                     arr("k31.npy", (2, 31, 8)), arr("v31b.npy", (2, 31, 8)),
+                                     out]),
+        ("--mask int32", sm + ["--mask", P("dt-int32.npy")] + good + [out]),
+    ]
+    refused = [  # by favor.h, whose opts.error text the tool prints
+        ("--softcap -1 (favor.h)", sm + ["--softcap", "-1"], "opts.softcap"),
+        ("--alibi NaN (favor.h)", sm + ["--alibi", P("slope-nan.npy")], "opts.alibi[1]"),
+        ("--sinks +inf (favor.h)", sm + ["--sinks", P("sink-inf.npy")], "opts.sinks[0]"),
+    ]
     for name, args in cases:
         expect_error(bad, name, args, args[-1], 1)
+    for name, args, text in refused:
+        expect_error(bad, name, args + good + [out], out, 1, text=text)
     # a write that fails half-way: 256 KiB of output against a file size limit of
     # 64 KiB (not smaller: LLVM's OpenMP runtime sizes a small file of its own)
     big = [arr("big.npy", (4, 256, 64))] * 3
@@ -872,6 +1087,16 @@ def failures(work):
         ("--projection with poly2", ["--kernel", "poly2", "--projection", P("w16.npy")] + good
          + [out]),
         ("--kernel poly2 for elu", ["--method", "elu", "--kernel", "poly2"] + good + [out]),
+        ("--window for favor", ["--window", "4,0"] + good + [out]),
+        ("--softcap for elu", ["--method", "elu", "--softcap", "5"] + good + [out]),
+        ("--sinks for elu", ["--method", "elu", "--sinks", P("heads3.npy")] + good + [out]),
+        ("--mask for favor", ["--mask", P("mask-31.npy")] + good + [out]),
+        ("--window 4", ["--method", "softmax", "--window", "4"] + good + [out]),
+        ("--window 4,x", ["--method", "softmax", "--window", "4,x"] + good + [out]),
+        ("--window 2^64,0", ["--method", "softmax", "--window", "18446744073709551616,0"]
+         + good + [out]),
+        ("--softcap abc", ["--method", "softmax", "--softcap", "abc"] + good + [out]),
+        ("--softcap 1e-50", ["--method", "softmax", "--softcap", "1e-50"] + good + [out]),
     ]
     for name, args in usage:
         expect_error(bad, name, args, out, 2)
@@ -890,6 +1115,7 @@ def main():
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="favor-interop-") as work:
         agreement(work)
+        score_variants(work)
         sixteen_bit(work)
         behaviour(work)
         failures(work)
