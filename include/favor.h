@@ -2551,7 +2551,9 @@ static favor_status favor__check_mods(const favor_options *o, const favor_tensor
         const favor_tensor *m = o->mask;
         if ((st = favor__check_tensor(m, "opts.mask", &w, &r)) != FAVOR_OK) return st;
         if ((st = favor__same(&w, "opts.mask", "rows", m->rows, "q", q->rows)) != FAVOR_OK ||
-            (st = favor__same(&w, "opts.mask", "cols", m->cols, "k's rows", k->rows)) != FAVOR_OK)
+            (m->cols != k->rows &&
+             (st = favor__no(&w, FAVOR_E_SHAPE, "opts.mask: cols %z are not k's %z rows",
+                             m->cols, k->rows)) != FAVOR_OK))
             return st;
         if (m->heads != 1 && m->heads != heads)
             return favor__no(&w, FAVOR_E_SHAPE, "opts.mask: heads %z is neither 1 nor q's %z",

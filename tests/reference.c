@@ -600,14 +600,23 @@ static size_t ref_mods_row(const double *qi, const double *K, size_t i, size_t n
                            size_t d, double scale, const ref_mods *md, size_t h, double *x,
                            double *g)
 {
-    long p = (long)i + (long)nk - (long)n;
-    size_t j, c, vis = 0;
+    const size_t nrows = n;
+    size_t j, c, vis = 0, s = 0, q0 = 0, k0 = 0, k1 = nk;
+    long p;
+    if (md->seqs) { /* the row's sequence, its own positions */
+        while (!(md->seq_q[s] <= i && i < md->seq_q[s + 1])) ++s;
+        q0 = md->seq_q[s];
+        k0 = md->seq_k[s];
+        k1 = md->seq_k[s + 1];
+        n = md->seq_q[s + 1] - q0;
+    }
+    p = (long)(i - q0) + (long)(k1 - k0) - (long)n;
     for (j = 0; j < nk; ++j) {
-        long jj = (long)j;
+        long jj = (long)j - (long)k0;
         double t = 0;
         x[j] = -HUGE_VAL;
         g[j] = 1;
-        if ((md->causal && jj > p) || (md->left >= 0 && jj < p - md->left) ||
+        if (j < k0 || j >= k1 || (md->causal && jj > p) || (md->left >= 0 && jj < p - md->left) ||
             (md->right >= 0 && jj > p + md->right))
             continue;
         for (c = 0; c < d; ++c) t += qi[c] * K[j * d + c];
@@ -618,6 +627,7 @@ static size_t ref_mods_row(const double *qi, const double *K, size_t i, size_t n
             g[j] = 1 - th * th;
         }
         if (md->alibi) t -= (double)md->alibi[h] * fabs((double)(p - jj));
+        if (md->mask) t += md->mask[((md->mask_heads > 1 ? h : 0) * nrows + i) * nk + j];
         x[j] = t;
         ++vis;
     }

@@ -77,6 +77,12 @@ typedef struct {
     long left, right; /* the window's sides; negative: unbounded */
     double softcap;   /* 0: none */
     const float *alibi, *sinks; /* hq floats each, or NULL */
+    const double *mask;  /* [mask_heads][n][nk], added last (-inf hides); NULL: none */
+    size_t mask_heads;   /* 1 (every head) or hq */
+    size_t seqs;         /* packed sequences (0: one): row i of sequence s, seq_q[s]
+                            <= i < seq_q[s+1], sees only keys seq_k[s] <= j <
+                            seq_k[s+1], with positions counted from their starts */
+    const size_t *seq_q, *seq_k;
 } ref_mods;
 
 /* Forward: out (hq x n x dv) and lse (hq x n, NULL: not wanted; -inf for a row

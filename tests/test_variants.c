@@ -140,6 +140,10 @@ static ref_mods mods_of(const vcase *c, const prob *p)
     m.softcap = c->cap;
     m.alibi = c->alibi ? p->alibi : NULL;
     m.sinks = c->sinks ? p->sinks : NULL;
+    m.mask = NULL;
+    m.mask_heads = 1;
+    m.seqs = 0;
+    m.seq_q = m.seq_k = NULL;
     return m;
 }
 
@@ -602,6 +606,314 @@ static void test_batch(void **state)
     }
 }
 
+/* Masks and packed sequences: a case, its mask ([mask_heads][n][nk], fp32
+ * values; -inf with probability ninf, or a block-diagonal document mask of
+ * `docs` documents) and its sequences */
+typedef struct {
+    vcase c;
+    int mask;          /* 0 none, 1 random, 2 documents */
+    size_t mask_heads; /* 1 or hq */
+    favor_dtype mtype;
+    double ninf;
+    size_t seqs;
+    size_t seq_q[6], seq_k[6];
+} mcase;
+
+static const mcase mcases[] = {
+    /*  hq hkv  n    nk  d  dv causal window  cap  alibi sinks sigma  mask heads type ninf seqs */
+    { { 2, 1, 150, 170, 16, 16, 0, NOWIN, 2.0f, 1, 0, 1.0 }, 1, 1, FAVOR_F32, 0.2, 0, {0}, {0} },
+    { { 4, 2,   3, 700, 16, 16, 1, NOWIN, 0.0f, 0, 1, 1.0 }, 1, 4, FAVOR_F16, 0.3, 0, {0}, {0} },
+    { { 2, 2, 200, 200, 16,  8, 1, NOWIN, 0.0f, 0, 1, 1.0 }, 2, 1, FAVOR_BF16, 0, 0, {0}, {0} },
+    { { 4, 2, 251, 251, 16, 16, 1, 30, -1, 0.0f, 1, 1, 1.0 }, 0, 1, FAVOR_F32, 0, 5,
+      { 0, 50, 50, 180, 187, 251 }, { 0, 50, 50, 180, 187, 251 } },
+    { { 4, 1,   5, 1000, 16, 16, 1, NOWIN, 1.5f, 1, 1, 1.0 }, 0, 1, FAVOR_F32, 0, 2,
+      { 0, 3, 5 }, { 0, 600, 1000 } },
+    { { 2, 1, 120, 160, 16, 16, 0, 40, 10, 0.0f, 0, 1, 1.0 }, 1, 2, FAVOR_F16, 0.1, 3,
+      { 0, 40, 70, 120 }, { 0, 60, 100, 160 } },
+};
+
+/* the mask of a case: values at M (doubles, [mask_heads][n][nk]) and its view */
+static void *mask_make(const mcase *mc, tu_rng *r, double *M, favor_tensor *t)
+{
+    const vcase *c = &mc->c;
+    size_t cnt = mc->mask_heads * c->n * c->nk, i, es = mc->mtype == FAVOR_F32 ? 4 : 2;
+    unsigned char *buf = (unsigned char *)malloc(cnt * es);
+    for (i = 0; i < cnt; ++i) {
+        size_t row = i / c->nk % c->n, col = i % c->nk;
+        float x = (float)tu_normal(r);
+        uint32_t u;
+        if (mc->mask == 2) /* documents of 70, 80, 50 rows: keys of one's own only */
+            x = (row < 70) == (col < 70) && (row < 150) == (col < 150) ? 0.0f : -INFINITY;
+        else if (tu_uniform(r) < mc->ninf)
+            x = -INFINITY;
+        memcpy(&u, &x, 4);
+        if (mc->mtype == FAVOR_BF16) u &= 0xffff0000u;
+        if (mc->mtype == FAVOR_F16 && x != -INFINITY) { /* a normal fp16 value: 10 bits */
+            u &= 0xffffe000u;
+            if ((u & 0x7f800000u) < (0x71u << 23)) u &= 0x80000000u;
+        }
+        memcpy(&x, &u, 4);
+        M[i] = x;
+        if (mc->mtype == FAVOR_F32) memcpy(buf + 4 * i, &x, 4);
+        else if (mc->mtype == FAVOR_BF16) {
+            uint16_t h = (uint16_t)(u >> 16);
+            memcpy(buf + 2 * i, &h, 2);
+        } else {
+            uint16_t h = x == -INFINITY ? 0xfc00u : half_of(x);
+            memcpy(buf + 2 * i, &h, 2);
+        }
+    }
+    *t = favor_tensor_packed_as(mc->mtype, buf, mc->mask_heads, c->n, c->nk);
+    return buf;
+}
+
+static double rel_err(const float *x, const double *ref, size_t n)
+{
+    double g = max_abs_d(ref, n);
+    return max_abs_err(x, ref, n) / (g > 0 ? g : 1);
+}
+
+/* masks and packed sequences against the reference, forward and backward; a
+ * packed call against its sequences' own calls, bit for bit */
+static void test_mask_seqs(void **state)
+{
+    size_t ci;
+    (void)state;
+    for (ci = 0; ci < sizeof mcases / sizeof mcases[0]; ++ci) {
+        const mcase *mc = &mcases[ci];
+        const vcase *c = &mc->c;
+        prob p;
+        tu_rng r;
+        favor_options o;
+        favor_tensor MT;
+        ref_mods m;
+        void *mbuf = NULL;
+        size_t nq = c->hq * c->n * c->d, nk = c->hkv * c->nk * c->d, nv = c->hkv * c->nk * c->dv;
+        size_t no = c->hq * c->n * c->dv, s;
+        double *M = NULL, *qd, *kd, *vd, *gd, *ro, *rl, *rq, *rk, *rv, *rs, eo, eq, ek, ev, es;
+        char name[256];
+        prob_make(&p, c, 2000 + ci);
+        r.s = 99 + ci;
+        o = opts_of(c, &p, 0);
+        m = mods_of(c, &p);
+        if (mc->mask) {
+            M = (double *)malloc(mc->mask_heads * c->n * c->nk * sizeof *M);
+            mbuf = mask_make(mc, &r, M, &MT);
+            o.mask = &MT;
+            m.mask = M;
+            m.mask_heads = mc->mask_heads;
+        }
+        if (mc->seqs) {
+            o.seqs = m.seqs = mc->seqs;
+            o.seq_q = m.seq_q = mc->seq_q;
+            o.seq_k = m.seq_k = mc->seq_k;
+        }
+        o.lse = p.lse;
+        o.dsinks = c->sinks ? p.dsinks : NULL;
+        qd = tu_to_double(p.q, nq);
+        kd = tu_to_double(p.k, nk);
+        vd = tu_to_double(p.v, nv);
+        gd = tu_to_double(p.g, no);
+        ro = (double *)malloc(no * sizeof *ro);
+        rl = (double *)malloc(c->hq * c->n * sizeof *rl);
+        rq = (double *)malloc(nq * sizeof *rq);
+        rk = (double *)malloc(nk * sizeof *rk);
+        rv = (double *)malloc(nv * sizeof *rv);
+        rs = (double *)malloc(c->hq * sizeof *rs);
+        ref_softmax_mods(qd, kd, vd, ro, rl, c->hq, c->hkv, c->n, c->nk, c->d, c->dv, 0, &m);
+        ref_softmax_mods_backward(qd, kd, vd, gd, rq, rk, rv, rs, c->hq, c->hkv, c->n, c->nk,
+                                  c->d, c->dv, 0, &m);
+        assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+        assert_int_equal(favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ,
+                                                          &p.DK, &p.DV, &o), FAVOR_OK);
+        eo = max_abs_err(p.o, ro, no) / tu_max_abs_f(p.v, nv);
+        eq = rel_err(p.dq, rq, nq);
+        ek = rel_err(p.dk, rk, nk);
+        ev = rel_err(p.dv, rv, nv);
+        es = c->sinks ? rel_err(p.dsinks, rs, c->hq) : 0;
+        for (s = 0; s < c->hq * c->n; ++s)
+            assert_true(rl[s] == -HUGE_VAL ? p.lse[s] == -INFINITY
+                                           : fabs(p.lse[s] - rl[s]) <= 1e-5 * (1 + fabs(rl[s])));
+        case_name(c, name, sizeof name);
+        printf("%zu %s mask %d (%zu heads) seqs %zu\n   out %.2g  dq %.2g dk %.2g dv %.2g "
+               "dsinks %.2g\n", ci, name, mc->mask, mc->mask_heads, mc->seqs, eo, eq, ek, ev, es);
+        assert_true(eo <= 2e-5 && eq <= 1e-4 && ek <= 1e-4 && ev <= 1e-4 && es <= 1e-4);
+        for (s = 0; s < mc->seqs; ++s) { /* each sequence alone: the same bits */
+            size_t q0 = mc->seq_q[s], q1 = mc->seq_q[s + 1], k0 = mc->seq_k[s], k1 = mc->seq_k[s + 1];
+            favor_tensor Q = p.Q, K = p.K, V = p.V, O = p.O, G = p.G, DQ = p.DQ, DK = p.DK, DV = p.DV;
+            favor_tensor Ms = MT;
+            float *o1 = vt_alloc(no), *l1 = vt_alloc(c->hq * c->n), *dq1 = vt_alloc(nq);
+            float *dk1 = vt_alloc(nk), *dv1 = vt_alloc(nv), *ds1 = vt_alloc(c->hq);
+            favor_options os = o;
+            size_t h;
+            if (q1 == q0 || k1 == k0) { free(o1); free(l1); free(dq1); free(dk1); free(dv1); free(ds1); continue; }
+            memcpy(o1, p.o, no * 4); memcpy(dq1, p.dq, nq * 4);
+            memcpy(dk1, p.dk, nk * 4); memcpy(dv1, p.dv, nv * 4);
+            Q.data = p.q + q0 * c->d; Q.rows = q1 - q0;
+            O.data = p.o + q0 * c->dv; O.rows = q1 - q0;
+            G.data = p.g + q0 * c->dv; G.rows = q1 - q0;
+            DQ.data = p.dq + q0 * c->d; DQ.rows = q1 - q0;
+            K.data = p.k + k0 * c->d; K.rows = k1 - k0;
+            V.data = p.v + k0 * c->dv; V.rows = k1 - k0;
+            DK.data = p.dk + k0 * c->d; DK.rows = k1 - k0;
+            DV.data = p.dv + k0 * c->dv; DV.rows = k1 - k0;
+            os.seqs = 0;
+            os.lse = l1; /* [hq][q1 - q0]: the packed call's lse rows */
+            os.dsinks = c->sinks ? ds1 : NULL;
+            if (mc->mask) {
+                size_t es2 = mc->mtype == FAVOR_F32 ? 4 : 2;
+                Ms.data = (unsigned char *)MT.data + (q0 * c->nk + k0) * es2;
+                Ms.rows = q1 - q0;
+                Ms.cols = k1 - k0;
+                os.mask = &Ms;
+            }
+            assert_int_equal(favor_softmax_attention(&Q, &K, &V, &O, &os), FAVOR_OK);
+            assert_memory_equal(p.o, o1, no * 4);
+            for (h = 0; h < c->hq; ++h)
+                assert_memory_equal(l1 + h * (q1 - q0), p.lse + h * c->n + q0, (q1 - q0) * 4);
+            assert_int_equal(favor_softmax_attention_backward(&Q, &K, &V, &O, &G, &DQ, &DK, &DV, &os),
+                             FAVOR_OK);
+            for (h = 0; h < c->hq; ++h) /* the sequence's rows (the rest are the packed call's) */
+                assert_memory_equal(p.dq + (h * c->n + q0) * c->d, dq1 + (h * c->n + q0) * c->d,
+                                    (q1 - q0) * c->d * 4);
+            for (h = 0; h < c->hkv; ++h) {
+                assert_memory_equal(p.dk + (h * c->nk + k0) * c->d, dk1 + (h * c->nk + k0) * c->d,
+                                    (k1 - k0) * c->d * 4);
+                assert_memory_equal(p.dv + (h * c->nk + k0) * c->dv, dv1 + (h * c->nk + k0) * c->dv,
+                                    (k1 - k0) * c->dv * 4);
+            }
+            memcpy(p.dq, dq1, nq * 4); memcpy(p.dk, dk1, nk * 4); memcpy(p.dv, dv1, nv * 4);
+            free(o1); free(l1); free(dq1); free(dk1); free(dv1); free(ds1);
+        }
+        if (mc->seqs) printf("   each sequence alone gives the packed call's bits\n");
+        free(qd); free(kd); free(vd); free(gd); free(ro); free(rl); free(rq); free(rk); free(rv);
+        free(rs); free(M); free(mbuf);
+        prob_free(&p);
+    }
+}
+
+/* tiles that a mask hides from every row are never read: NaN there changes no bit */
+static void test_mask_skips(void **state)
+{
+    static const vcase sc[] = {
+        { 2, 1, 128, 320, 16, 16, 0, NOWIN, 0.0f, 0, 1, 1.0 }, /* prefill: the tile map */
+        { 4, 2,   2, 1100, 16, 16, 0, NOWIN, 0.0f, 1, 0, 1.0 }, /* decode: its own check */
+    };
+    size_t ci;
+    (void)state;
+    for (ci = 0; ci < 2; ++ci) {
+        const vcase *c = &sc[ci];
+        prob p;
+        favor_options o;
+        favor_tensor MT;
+        size_t no = c->hq * c->n * c->dv, nq = c->hq * c->n * c->d, i, j, h, col;
+        size_t cut = ci ? 512 : 128; /* keys from here on are hidden from every row */
+        float *M = vt_alloc(c->n * c->nk), *o1 = vt_alloc(no), *q1 = vt_alloc(nq);
+        prob_make(&p, c, 70 + ci);
+        for (i = 0; i < c->n; ++i)
+            for (j = 0; j < c->nk; ++j) M[i * c->nk + j] = j >= cut ? -INFINITY : 0.25f * (float)(j % 7);
+        MT = favor_tensor_packed(M, 1, c->n, c->nk);
+        o = opts_of(c, &p, 0);
+        o.mask = &MT;
+        o.dsinks = c->sinks ? p.dsinks : NULL;
+        assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+        assert_int_equal(favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ,
+                                                          &p.DK, &p.DV, &o), FAVOR_OK);
+        memcpy(o1, p.o, no * 4);
+        memcpy(q1, p.dq, nq * 4);
+        for (h = 0; h < c->hkv; ++h)
+            for (j = cut; j < c->nk; ++j) {
+                for (col = 0; col < c->d; ++col) p.k[(h * c->nk + j) * c->d + col] = NAN;
+                for (col = 0; col < c->dv; ++col) p.v[(h * c->nk + j) * c->dv + col] = NAN;
+            }
+        assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+        assert_memory_equal(p.o, o1, no * 4);
+        assert_int_equal(favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ,
+                                                          &p.DK, &p.DV, &o), FAVOR_OK);
+        assert_memory_equal(p.dq, q1, nq * 4);
+        for (h = 0; h < c->hkv; ++h)
+            for (j = cut; j < c->nk; ++j) {
+                assert_true(p.dk[(h * c->nk + j) * c->d] == 0.0f);
+                assert_true(p.dv[(h * c->nk + j) * c->dv] == 0.0f);
+            }
+        printf("mask case %zu: keys [%zu, %zu), hidden by the mask, never read\n", ci, cut, c->nk);
+        free(M); free(o1); free(q1);
+        prob_free(&p);
+    }
+}
+
+/* linear attention over packed sequences: each from an empty state, as its own
+ * call (bit for bit) and as the float64 reference of that sequence */
+static void test_linear_seqs(void **state)
+{
+    static const size_t sq[5] = { 0, 90, 90, 300, 333 };
+    const size_t hq = 4, hkv = 2, n = 333, d = 16, dv = 8;
+    favor_kernel kern[2] = { FAVOR_ELU1, FAVOR_POSITIVE };
+    int ki, causal;
+    (void)state;
+    for (ki = 0; ki < 2; ++ki)
+        for (causal = 0; causal < 2; ++causal) {
+            vcase c = { 4, 2, 333, 333, 16, 8, 0, NOWIN, 0.0f, 0, 0, 1.0 };
+            prob p;
+            favor_features f;
+            float *w = vt_alloc(favor_features_floats(kern[ki], d, 32) + 1);
+            favor_options o = favor_default_options();
+            size_t s, h, no = hq * n * dv, nq = hq * n * d, nkk = hkv * n * d, nv = hkv * n * dv;
+            float *o1 = vt_alloc(no), *dq1 = vt_alloc(nq), *dk1 = vt_alloc(nkk), *dv1 = vt_alloc(nv);
+            double worst = 0;
+            c.causal = causal;
+            prob_make(&p, &c, 3000 + (uint64_t)(ki * 2 + causal));
+            assert_int_equal(favor_features_init(&f, kern[ki], d, ki ? 32 : d, 0, 5, w), FAVOR_OK);
+            o.flags = causal ? FAVOR_CAUSAL : 0u;
+            o.seqs = 4;
+            o.seq_q = sq;
+            assert_int_equal(favor_linear_attention(&f, &p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+            assert_int_equal(favor_linear_attention_backward(&f, &p.Q, &p.K, &p.V, &p.G, &p.DQ,
+                                                             &p.DK, &p.DV, &o), FAVOR_OK);
+            memcpy(o1, p.o, no * 4); memcpy(dq1, p.dq, nq * 4); memcpy(dk1, p.dk, nkk * 4);
+            memcpy(dv1, p.dv, nv * 4);
+            for (s = 0; s < 4; ++s) {
+                size_t a = sq[s], b = sq[s + 1], m = b - a, i;
+                favor_tensor Q = p.Q, K = p.K, V = p.V, O = p.O, G = p.G, DQ = p.DQ, DK = p.DK, DV = p.DV;
+                favor_options os = favor_default_options();
+                double *qd, *kd, *vd, *ro;
+                if (!m) continue;
+                Q.data = p.q + a * d; K.data = p.k + a * d; V.data = p.v + a * dv; O.data = p.o + a * dv;
+                G.data = p.g + a * dv; DQ.data = p.dq + a * d; DK.data = p.dk + a * d; DV.data = p.dv + a * dv;
+                Q.rows = K.rows = V.rows = O.rows = G.rows = DQ.rows = DK.rows = DV.rows = m;
+                os.flags = o.flags;
+                assert_int_equal(favor_linear_attention(&f, &Q, &K, &V, &O, &os), FAVOR_OK);
+                assert_memory_equal(p.o, o1, no * 4);
+                assert_int_equal(favor_linear_attention_backward(&f, &Q, &K, &V, &G, &DQ, &DK, &DV, &os),
+                                 FAVOR_OK);
+                assert_memory_equal(p.dq, dq1, nq * 4);
+                assert_memory_equal(p.dk, dk1, nkk * 4);
+                assert_memory_equal(p.dv, dv1, nv * 4);
+                /* the sequence against the float64 reference */
+                qd = (double *)malloc(hq * m * d * sizeof *qd);
+                kd = (double *)malloc(hkv * m * d * sizeof *kd);
+                vd = (double *)malloc(hkv * m * dv * sizeof *vd);
+                ro = (double *)malloc(hq * m * dv * sizeof *ro);
+                for (h = 0; h < hq; ++h)
+                    for (i = 0; i < m * d; ++i) qd[h * m * d + i] = p.q[(h * n + a) * d + i];
+                for (h = 0; h < hkv; ++h) {
+                    for (i = 0; i < m * d; ++i) kd[h * m * d + i] = p.k[(h * n + a) * d + i];
+                    for (i = 0; i < m * dv; ++i) vd[h * m * dv + i] = p.v[(h * n + a) * dv + i];
+                }
+                ref_linear(&f, qd, kd, vd, ro, hq, hkv, m, m, dv, 0, causal);
+                for (h = 0; h < hq; ++h)
+                    for (i = 0; i < m * dv; ++i)
+                        worst = fmax(worst, fabs(p.o[(h * n + a) * dv + i] - ro[h * m * dv + i]));
+                free(qd); free(kd); free(vd); free(ro);
+            }
+            printf("linear %s %s over 4 packed sequences: each its own call's bits; max|err| %.2g\n",
+                   tu_kernel_name(kern[ki]), causal ? "causal" : "full", worst);
+            assert_true(worst <= 1e-4 * tu_max_abs_f(p.v, nv) * (ki ? 10 : 1));
+            free(w); free(o1); free(dq1); free(dk1); free(dv1);
+            prob_free(&p);
+        }
+}
+
 /* 6: refused values, nothing written, the argument named */
 static void test_validation(void **state)
 {
@@ -709,13 +1021,110 @@ static void test_validation(void **state)
     prob_free(&p);
 }
 
+/* masks and sequences refused before anything is written */
+static void test_validation_mask_seqs(void **state)
+{
+    const vcase *c = &cases[1]; /* n 200, nk 260 */
+    prob p;
+    char err[160];
+    size_t no = c->hq * c->n * c->dv, i;
+    float *snap = vt_alloc(no), *M = vt_alloc(c->hq * c->n * c->nk + 8);
+    size_t bad0[3] = { 1, 100, 200 }, bad1[3] = { 0, 120, 100 }, bad2[3] = { 0, 100, 199 };
+    size_t kok[3] = { 0, 100, 260 }, kbad[3] = { 0, 100, 261 }, ok[3] = { 0, 100, 200 };
+    favor_tensor good = favor_tensor_packed(M, 1, c->n, c->nk), mt[7];
+    struct { int i; favor_status want; const char *text; } bads[] = {
+        { 0, FAVOR_E_SHAPE, "opts.mask: rows" }, { 1, FAVOR_E_SHAPE, "opts.mask: cols 261 are not" },
+        { 2, FAVOR_E_SHAPE, "opts.mask: heads 2" }, { 3, FAVOR_E_SHAPE, "opts.mask: batch 2" },
+        { 4, FAVOR_E_ALIAS, "overlaps opts.mask" }, { 5, FAVOR_E_ARG, "opts.seq_q[0] is 1" },
+        { 6, FAVOR_E_ARG, "opts.seq_q[2] is below" }, { 7, FAVOR_E_ARG, "opts.seq_q[2] is 199" },
+        { 8, FAVOR_E_ARG, "opts.seq_k[2] is 261" }, { 9, FAVOR_E_NULL, "opts.seq_q is NULL" },
+        { 10, FAVOR_E_ARG, "opts.seq_k is NULL" }, { 11, FAVOR_E_ARG, "opts.mask: dtype" },
+    };
+    (void)state;
+    prob_make(&p, c, 8);
+    for (i = 0; i < 7; ++i) mt[i] = good;
+    mt[0].rows = c->n - 1;
+    mt[1].cols = c->nk + 1;
+    mt[1].row_stride = c->nk + 1;
+    mt[2].heads = 2;
+    mt[2].head_stride = c->n * c->nk;
+    mt[3] = favor_tensor_batched(FAVOR_F32, M, 2, 1, c->n / 2, c->nk);
+    mt[3].rows = c->n;
+    mt[3].batch_stride = c->n * c->nk;
+    mt[4] = favor_tensor_packed(p.o, 1, 1, 8); /* over out: rows and cols wrong too */
+    mt[4].rows = c->n;
+    mt[4].cols = c->nk;
+    mt[4].row_stride = c->nk;
+    mt[5] = good;
+    mt[5].dtype = (favor_dtype)7;
+    for (i = 0; i < no; ++i) p.o[i] = 777.0f;
+    memcpy(snap, p.o, no * 4);
+    for (i = 0; i < sizeof bads / sizeof bads[0]; ++i) {
+        int bwd;
+        for (bwd = 0; bwd < 2; ++bwd) {
+            favor_options o = opts_of(c, &p, 0);
+            favor_status st;
+            o.error = err;
+            o.error_size = sizeof err;
+            err[0] = 0;
+            switch (bads[i].i) {
+            case 0: case 1: case 2: case 3: o.mask = &mt[bads[i].i]; break;
+            case 4: o.mask = &mt[4]; break;
+            case 5: o.seqs = 2; o.seq_q = bad0; o.seq_k = kok; break;
+            case 6: o.seqs = 2; o.seq_q = bad1; o.seq_k = kok; break;
+            case 7: o.seqs = 2; o.seq_q = bad2; o.seq_k = kok; break;
+            case 8: o.seqs = 2; o.seq_q = ok; o.seq_k = kbad; break;
+            case 9: o.seqs = 2; o.seq_q = NULL; o.seq_k = kok; break;
+            case 10: o.seqs = 2; o.seq_q = ok; o.seq_k = NULL; break;
+            case 11: o.mask = &mt[5]; break;
+            }
+            if (bwd)
+                st = favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ, &p.DK,
+                                                      &p.DV, &o);
+            else
+                st = favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o);
+            printf("%s %-2d: %s\n", bwd ? "backward" : "forward ", bads[i].i, err);
+            if (bads[i].i == 4 && st == FAVOR_E_SHAPE) continue; /* a shape error comes first */
+            assert_int_equal(st, bads[i].want);
+            assert_non_null(strstr(err, bads[i].text));
+            assert_memory_equal(p.o, snap, no * 4);
+        }
+    }
+    { /* the extend takes no packed sequences */
+        favor_features f;
+        favor_state st;
+        float *sst;
+        favor_tensor Q1 = favor_tensor_packed(p.q, c->hq, 4, c->d), K1 = favor_tensor_packed(p.k, c->hkv, 4, c->d);
+        favor_tensor V1 = favor_tensor_packed(p.v, c->hkv, 4, c->dv), O1 = favor_tensor_packed(p.o, c->hq, 4, c->dv);
+        favor_options o = favor_default_options();
+        size_t sq[3] = { 0, 2, 4 };
+        assert_int_equal(favor_features_init(&f, FAVOR_ELU1, c->d, c->d, 0, 1, NULL), FAVOR_OK);
+        sst = vt_alloc(favor_state_floats(&f, c->hkv, c->dv));
+        assert_int_equal(favor_state_init(&st, &f, c->hkv, c->dv, sst), FAVOR_OK);
+        o.seqs = 2;
+        o.seq_q = sq;
+        o.error = err;
+        o.error_size = sizeof err;
+        assert_int_equal(favor_linear_extend(&f, &st, &Q1, &K1, &V1, &O1, &o), FAVOR_E_ARG);
+        printf("extend: %s\n", err);
+        assert_non_null(strstr(err, "opts.seqs"));
+        assert_memory_equal(p.o, snap, no * 4);
+        free(sst);
+    }
+    free(snap);
+    free(M);
+    prob_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accuracy),     cmocka_unit_test(test_reference_fd),
         cmocka_unit_test(test_unseen_keys),  cmocka_unit_test(test_no_future),
         cmocka_unit_test(test_dtypes),       cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_batch),        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_batch),        cmocka_unit_test(test_mask_seqs),
+        cmocka_unit_test(test_mask_skips),   cmocka_unit_test(test_linear_seqs),
+        cmocka_unit_test(test_validation),   cmocka_unit_test(test_validation_mask_seqs),
     };
     if (tu_check_backend()) return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);
