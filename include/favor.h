@@ -2599,7 +2599,8 @@ static favor_status favor__check_no_mods(const favor_options *o, const favor__wh
     const char *what;
     if (!o) return FAVOR_OK;
     what = (o->flags & FAVOR_WINDOW) ? "FAVOR_WINDOW" : o->softcap != 0.0f ? "opts.softcap"
-           : o->alibi ? "opts.alibi" : o->sinks ? "opts.sinks" : o->dsinks ? "opts.dsinks" : NULL;
+           : o->alibi ? "opts.alibi" : o->sinks ? "opts.sinks" : o->dsinks ? "opts.dsinks"
+           : o->mask ? "opts.mask" : NULL;
     if (!what) return FAVOR_OK;
     return favor__no(w, FAVOR_E_ARG, "%s applies to softmax attention only", what);
 }

@@ -988,9 +988,9 @@ static void test_validation(void **state)
     V1 = favor_tensor_packed(p.v, c->hkv, 4, c->dv);
     O1 = favor_tensor_packed(p.o, c->hq, 4, c->dv);
     for (i = 0; i < no; ++i) p.o[i] = 12345.0f;
-    for (i = 0; i < 5; ++i) {
-        static const char *const names[5] = { "FAVOR_WINDOW", "opts.softcap", "opts.alibi",
-                                              "opts.sinks", "opts.dsinks" };
+    for (i = 0; i < 6; ++i) {
+        static const char *const names[6] = { "FAVOR_WINDOW", "opts.softcap", "opts.alibi",
+                                              "opts.sinks", "opts.dsinks", "opts.mask" };
         int op;
         for (op = 0; op < 4; ++op) {
             favor_status s;
@@ -1003,6 +1003,7 @@ static void test_validation(void **state)
             if (i == 2) o.alibi = p.alibi;
             if (i == 3) o.sinks = p.sinks;
             if (i == 4) o.dsinks = p.dsinks;
+            if (i == 5) o.mask = &p.Q; /* any view: refused before its shape is read */
             err[0] = 0;
             if (op == 0) s = favor_linear_attention(&f, &p.Q, &p.K, &p.V, &p.O, &o);
             else if (op == 1) s = favor_linear_attention_backward(&f, &p.Q, &p.K, &p.V, &p.G, &p.DQ,
