@@ -84,6 +84,48 @@
  * aligned, so one query row against n_k cached keys is the decoding case. A query
  * row that sees no key (possible only when n > n_k) is set to zero.
  *
+ * SCORE VARIANTS (exact softmax attention; favor_options fields, each off when
+ * zero or NULL, so a default or zero-initialized options struct computes plain
+ * attention). Query row i sits at position p_i = i + n_k - n and key j at j
+ * (counted from their sequence's start with packed sequences, below). Key j is
+ * visible to row i when it passes causality (j <= p_i) and, with FAVOR_WINDOW,
+ * the window p_i - window_left <= j <= p_i + window_right (a negative side is
+ * unbounded; FAVOR_CAUSAL is window_right = 0, and both flags together take the
+ * narrower right side). The score of a visible key is
+ *     x = s q_i.k_j  ->  c tanh(x / c)  ->  - m_h |p_i - j|  ->  + mask[i][j]
+ * (softcap c > 0, Gemma 2's form; ALiBi slopes m_h = alibi[h] per query head of
+ * a batch element; the additive mask, opts.mask, a view [batch][heads][n][n_k]
+ * of any dtype with heads 1 (shared) or heads_q and batch 1 (shared) or the
+ * call's; -inf hides a key). With sinks (GPT-OSS's form), exp(sinks[h]) joins
+ * every row's denominator and contributes no value: o_i = sum_j e^{x_j} v_j /
+ * (sum_j e^{x_j} + e^{sink_h}), lse_i = log of that denominator; a sink of -inf
+ * is none. Which keys a block of rows sees is one range computed before any
+ * arithmetic: key tiles outside it are never read, so a window of w keys costs
+ * O(n w d), and decoding reads only the window's keys; a masked call first maps
+ * which 64 x 64 tiles its mask leaves (a byte per tile and mask head), and the
+ * tiles it hides from every row of a block are skipped too (decoding checks its
+ * tile's mask rows before reading the keys). A row that sees no key (or whose
+ * every key the mask hides) outputs zeros with lse -inf, or lse = sink with a
+ * sink. The backward pass takes the same options; with sinks and opts->dsinks
+ * it writes dL/dsink_h = -sum_i P_sink,i dout_i.out_i (P_sink,i = exp(sink_h -
+ * lse_i)), summed over rows, sequences and batch elements (in double, in a fixed
+ * order). ALiBi's distances are whole numbers, exact below 2^24. Mask values
+ * are read as given: +inf or NaN make their rows NaN. Linear attention refuses
+ * every variant (FAVOR_E_ARG), as it does bad values: a NaN, negative or
+ * infinite softcap, non-finite slopes, NaN or +inf sinks, dsinks without sinks.
+ *
+ * PACKED SEQUENCES (opts.seqs, seq_q, seq_k; every method). The rows of q (and
+ * of k, v) hold seqs sequences one after another, in the style of cu_seqlens:
+ * sequence s has the query rows [seq_q[s], seq_q[s+1]) and the key rows
+ * [seq_k[s], seq_k[s+1]) (seq_k NULL: the same as seq_q, for n = n_k); each
+ * offset array runs from 0 to n (n_k), non-decreasing (empty sequences are
+ * allowed). A sequence sees only its own keys, with its own positions: causal,
+ * window and ALiBi apply within it, and its block of the mask ([seq_q[s], ...)
+ * x [seq_k[s], ...)) is the one read. Linear attention starts every sequence
+ * from an empty state. A packed call gives, bit for bit, the results of one
+ * call per sequence on its rows; keys of a sequence without query rows get zero
+ * gradients. favor_linear_extend refuses opts.seqs (a state holds one sequence).
+ *
  * FEATURE MAPS (x' = sqrt(s) x, s the scale, by default 1/sqrt(d); W is m x d):
  *     FAVOR_ELU1        elu(x)+1 (x itself, unscaled)             width d
  *     FAVOR_POSITIVE    exp(W x' - |x'|^2/2 - c) / sqrt(m)         width m   FAVOR+
@@ -118,7 +160,9 @@
  *
  * ACCURACY (fp32, against a float64 evaluation of the same formula; enforced by
  * the tests in tests/):
- *     softmax attention            max |error| <= 2e-5 * max|V|
+ *     softmax attention            max |error| <= 2e-5 * max|V|, with every
+ *                                  score variant too (tests/test_variants.c;
+ *                                  dsinks as the gradients below)
  *     elu+1 linear attention       max |error| <= 2e-5 * max|V|
  *     FAVOR+ and the other random
  *     feature maps, same W         max |error| <= 1e-4 * max|O_ref|
@@ -191,7 +235,8 @@
  * segments' row sums back from the end; the softmax backward, when heads alone
  * leave threads idle: one query block after another, the key parts of each, whose
  * dQ partials are then added in part order; favor_attention_merge: rows, for
- * calls of 65536 elements or more). The split is fixed by the shape, so
+ * calls of 65536 elements or more). Packed sequences run one after another,
+ * each split as a call of its own. The split is fixed by the shape, so
  * results are bit-identical for any thread count.
  *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
@@ -210,7 +255,11 @@
  * fp32 it covers fp32 out, dout and gradients, and a 16-bit one of those needs
  * the size queried with a 16-bit view in place of q (the fp32 size may be too
  * small: FAVOR_E_WORKSPACE, nothing written). Sizes queried with a 16-bit
- * tensor are upper bounds. Pass a buffer that large in
+ * tensor are upper bounds. A softmax call with a mask adds its tile map,
+ * ceil(n / 64) ceil(n_k / 64) bytes per mask head (256 KB at n = n_k = 32768),
+ * and a decoding one R x 64 floats per thread; a backward with dsinks, 2 floats
+ * per query head. With packed sequences the sizes are those of the largest
+ * sequence's call. The queries read opts for these. Pass a buffer that large in
  * favor_options.workspace, or NULL to let the call allocate with FAVOR_MALLOC and
  * free before it returns. Nothing else is allocated and there is no global state:
  * every function is reentrant.
@@ -253,8 +302,15 @@
  *          linear backward split inside each head: their rounding (not their
  *          accuracy bounds) differs from 0.3 when n_k > 512.
  *          FAVOR_POLY2 (after FAVOR_RELU), the exact degree-2 polynomial kernel.
- *          favor_attention_merge: two softmax results over disjoint key sets
- *          merged through their lse (MERGING).
+ *     0.5  (in progress) score variants of softmax attention, forward, decode
+ *          and backward: favor_options gains, after error_size, window_left,
+ *          window_right, softcap, alibi, sinks, dsinks, mask, seqs, seq_q and
+ *          seq_k (favor_default_options zeroes them; an options struct filled
+ *          field by field without zeroing must set them), and the flag
+ *          FAVOR_WINDOW (2; it was refused as unknown before). Packed
+ *          sequences for every method. favor_attention_merge: two softmax
+ *          results over disjoint key sets merged through their lse (MERGING).
+ *          The softmax workspaces grow by a few tiles per thread.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -492,7 +548,8 @@ FAVOR_API size_t favor_features_width(const favor_features *f);
 FAVOR_API favor_status favor_feature_map(const favor_features *f, const favor_tensor *x,
                                          const favor_tensor *phi, favor_role role);
 
-/* Exact softmax attention, out = softmax(s q k^T [+ causal mask]) v per head.
+/* Exact softmax attention, out = softmax(s q k^T [+ causal mask]) v per head,
+ * with the SCORE VARIANTS and PACKED SEQUENCES of opts.
  * Time O(heads n n_k d), memory O(tile): the workspace does not depend on n, nor
  * on n_k except for calls of at most 32 query rows (see DECODING, WORKSPACE).
  * Errors: FAVOR_E_NULL, FAVOR_E_SHAPE, FAVOR_E_OVERFLOW, FAVOR_E_ALIAS (out
@@ -521,9 +578,11 @@ FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q,
  * first (one more pass over the keys). Scores are recomputed tile by tile:
  * time O(heads n n_k d) (about 2.5x the forward), memory O(tile), independent
  * of n. Threads split key/value heads, or the key parts of each query block when
- * the heads are too few. Errors as favor_softmax_attention, plus
- * FAVOR_E_SHAPE for a gradient shaped unlike its tensor and FAVOR_E_ALIAS when
- * dq, dk or dv overlaps each other, an input, lse or the workspace. */
+ * the heads are too few. With opts->sinks and opts->dsinks it also writes
+ * dL/dsinks (heads_q floats; see SCORE VARIANTS). Errors as
+ * favor_softmax_attention, plus FAVOR_E_SHAPE for a gradient shaped unlike its
+ * tensor and FAVOR_E_ALIAS when dq, dk, dv or dsinks overlaps each other, an
+ * input, lse or the workspace. */
 FAVOR_API favor_status favor_softmax_attention_backward(
     const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
     const favor_tensor *out, const favor_tensor *dout, const favor_tensor *dq,
