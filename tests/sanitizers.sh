@@ -38,7 +38,7 @@ job_valgrind() {
     # built with -march=native, which is AVX-512 code on such a CPU, and valgrind
     # stops on its first AVX-512 instruction (SIGILL). Left out: the bench; the
     # training smoke test and the interop test (driven by cmake -P and Python,
-    # not wrapped); the 10^7-token recurrence and the exp sweep (minutes under
+    # not wrapped); the 10^7-token recurrence and the exp and tanh sweeps (minutes under
     # valgrind, register arithmetic on a few small arrays; the ASan jobs run
     # both); the AVX2 variants of every suite but test_backends, test_dtypes and
     # the examples and standalone tests (the scalar variants run the same
@@ -56,7 +56,7 @@ job_valgrind() {
     cmake --build "$dir" -j"$jobs" >/dev/null
     # valgrind runs threads one at a time: OpenMP spinning would only burn time
     OMP_WAIT_POLICY=passive ctest --test-dir "$dir" --output-on-failure -j"$jobs" \
-        -E 'favor_train_smoke|forced_|long_recurrence|standalone_exp|interop|test_(backward|linear|threads|features|recurrent|decode|stress|batch|softmax)_avx2' \
+        -E 'favor_train_smoke|forced_|long_recurrence|standalone_(exp|tanh)|interop|test_(backward|linear|threads|features|recurrent|decode|stress|batch|softmax|variants)_avx2' \
         --timeout 1500
 }
 
