@@ -3731,6 +3731,9 @@ static int favor__query_ok(const favor_features *f, int with_f, const favor_tens
                         q->heads, k->heads);
         return 0;
     }
+    if (favor__check_seqs(opts, q->rows, k->rows, &w) != FAVOR_OK ||
+        (opts && opts->mask && favor__check_tensor(opts->mask, "opts.mask", &w, &r) != FAVOR_OK))
+        return 0;
     return !with_f || favor__same(&w, "k", "cols", k->cols, "f", f->dim) == FAVOR_OK;
 }
 

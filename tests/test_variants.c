@@ -1079,6 +1079,12 @@ static void test_validation_mask_seqs(void **state)
             case 10: o.seqs = 2; o.seq_q = ok; o.seq_k = NULL; break;
             case 11: o.mask = &mt[5]; break;
             }
+            if (bads[i].i >= 5 && bads[i].i <= 10) { /* the workspace queries see them too */
+                assert_true((bwd ? favor_softmax_attention_backward_workspace(&p.Q, &p.K, &p.V, &o)
+                                 : favor_softmax_attention_workspace(&p.Q, &p.K, &p.V, &o)) == 0);
+                assert_non_null(strstr(err, bads[i].text));
+                err[0] = 0;
+            }
             if (bwd)
                 st = favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ, &p.DK,
                                                       &p.DV, &o);
