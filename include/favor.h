@@ -130,7 +130,7 @@
  *     backward passes (dq, dk, dv), every method, causal or not: max |error| <=
  *     1e-4 * max|gradient| against a float64 analytic backward, <= 1e-3 against
  *     central finite differences of the float64 forward.
- *     backends: AVX2 and NEON agree with the scalar build within 5e-7 * max|V|
+ *     backends: AVX2, AVX-512 and NEON agree with the scalar build within 5e-7 * max|V|
  *     (softmax, elu+1) and 5e-6 * max|O| (random features); W is bit-identical.
  *     exp (all backends, one algorithm): <= 1 ULP from libm expf over its normal
  *     range (1.003 ULP from the exact value), subnormal results within 1 ULP;
@@ -229,6 +229,11 @@
  *          linear backward split inside each head: their rounding (not their
  *          accuracy bounds) differs from 0.3 when n_k > 512.
  *          FAVOR_POLY2 (after FAVOR_RELU), the exact degree-2 polynomial kernel.
+ *     0.5  (in progress) the AVX-512 backend, FAVOR_AVX512 (16 lanes; chosen
+ *          by -mavx512f -mfma or -march=native on a CPU that has it, where 0.4
+ *          chose AVX2; favor_backend() returns "avx512"). Same algorithm and
+ *          bounds; its results round differently from AVX2's, as AVX2's do
+ *          from scalar's.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -240,10 +245,15 @@
  *   FAVOR_STATIC           make every function static (private to this file).
  *   FAVOR_API              linkage of the public functions (default: extern, or
  *                          static under FAVOR_STATIC).
- *   FAVOR_SIMD             the backend: FAVOR_SCALAR, FAVOR_AVX2 or FAVOR_NEON.
- *                          Default: from the compiler's flags: AVX2 when
- *                          __AVX2__ and __FMA__ (-mavx2 -mfma, -march=native),
- *                          NEON on AArch64, else scalar. Forcing one the
+ *   FAVOR_SIMD             the backend: FAVOR_SCALAR, FAVOR_AVX2, FAVOR_AVX512
+ *                          or FAVOR_NEON. Default: from the compiler's flags:
+ *                          AVX-512 (16 lanes) when __AVX512F__ and __FMA__
+ *                          (-mavx512f -mfma, or -march=native on a CPU with
+ *                          AVX-512: it uses AVX-512F instructions only, no
+ *                          DQ, BW or VL), else AVX2 (8 lanes) when __AVX2__
+ *                          and __FMA__ (-mavx2 -mfma, -march=native), NEON
+ *                          on AArch64, else scalar. -DFAVOR_SIMD=FAVOR_AVX2
+ *                          keeps AVX2 on an AVX-512 build. Forcing one the
  *                          compiler cannot build is an #error.
  *   FAVOR_NO_SIMD          force the portable scalar backend (same as
  *                          FAVOR_SIMD=FAVOR_SCALAR).
@@ -298,8 +308,10 @@ FAVOR_API const char *favor_status_string(favor_status status);
 #define FAVOR_SCALAR 0
 #define FAVOR_AVX2 1
 #define FAVOR_NEON 2
+#define FAVOR_AVX512 3
 
-/* The backend compiled in: "avx2", "neon" or "scalar" (a static string). O(1). */
+/* The backend compiled in: "avx512", "avx2", "neon" or "scalar" (a static
+ * string). O(1). */
 FAVOR_API const char *favor_backend(void);
 
 /* Element types of a tensor (see ELEMENT TYPES above). */
@@ -627,6 +639,8 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
 #ifndef FAVOR_SIMD
 #if defined(FAVOR_NO_SIMD)
 #define FAVOR_SIMD FAVOR_SCALAR
+#elif defined(__AVX512F__) && defined(__FMA__)
+#define FAVOR_SIMD FAVOR_AVX512
 #elif defined(__AVX2__) && defined(__FMA__)
 #define FAVOR_SIMD FAVOR_AVX2
 #elif defined(__ARM_NEON) && defined(__aarch64__)
@@ -639,12 +653,16 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
 #if !(defined(__AVX2__) && defined(__FMA__))
 #error "favor.h: FAVOR_SIMD=FAVOR_AVX2 needs AVX2 and FMA: compile with -mavx2 -mfma (or -march=native on such a CPU)"
 #endif
+#elif FAVOR_SIMD == FAVOR_AVX512
+#if !(defined(__AVX512F__) && defined(__FMA__))
+#error "favor.h: FAVOR_SIMD=FAVOR_AVX512 needs AVX-512F and FMA: compile with -mavx512f -mfma (or -march=native on such a CPU)"
+#endif
 #elif FAVOR_SIMD == FAVOR_NEON
 #if !(defined(__ARM_NEON) && defined(__aarch64__))
 #error "favor.h: FAVOR_SIMD=FAVOR_NEON needs an AArch64 target (NEON is always on there; no flags needed)"
 #endif
 #elif FAVOR_SIMD != FAVOR_SCALAR
-#error "favor.h: FAVOR_SIMD must be FAVOR_SCALAR, FAVOR_AVX2 or FAVOR_NEON"
+#error "favor.h: FAVOR_SIMD must be FAVOR_SCALAR, FAVOR_AVX2, FAVOR_AVX512 or FAVOR_NEON"
 #endif
 
 /* 4.2 The vector layer ------------------------------------------------------
@@ -766,6 +784,85 @@ static inline void favor__v_transpose(const float *s, size_t lds, float *d, size
     _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
     _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
     _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#elif FAVOR_SIMD == FAVOR_AVX512
+/* AVX-512F + FMA: 16 lanes, 32 registers. Only AVX-512F instructions (no DQ, BW
+ * or VL): comparisons give mask registers, and the selects blend by them. max/min
+ * follow maxps' rule, as on AVX2. */
+#include <immintrin.h>
+#define FAVOR__W 16
+typedef __m512 favor__vf;
+typedef __m512i favor__vu;
+#define favor__v_set1(x) _mm512_set1_ps(x)
+#define favor__v_load(p) _mm512_loadu_ps(p)
+#define favor__v_store(p, x) _mm512_storeu_ps((p), (x))
+#define favor__v_add(a, b) _mm512_add_ps((a), (b))
+#define favor__v_sub(a, b) _mm512_sub_ps((a), (b))
+#define favor__v_mul(a, b) _mm512_mul_ps((a), (b))
+#define favor__v_div(a, b) _mm512_div_ps((a), (b))
+#define favor__v_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define favor__v_max(a, b) _mm512_max_ps((a), (b))
+#define favor__v_min(a, b) _mm512_min_ps((a), (b))
+#define favor__v_asint(x) _mm512_castps_si512(x)
+#define favor__v_asfloat(x) _mm512_castsi512_ps(x)
+#define favor__v_iadd(a, b) _mm512_add_epi32((a), (b))
+#define favor__v_isub(a, b) _mm512_sub_epi32((a), (b))
+#define favor__v_iset1(a) _mm512_set1_epi32((int)(a))
+#define favor__v_srli(a, n) _mm512_srli_epi32((a), (n))
+#define favor__v_slli(a, n) _mm512_slli_epi32((a), (n))
+static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf b)
+{
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), b, a);
+}
+#define favor__v_hsum(x) _mm512_reduce_add_ps(x)
+#define favor__v_hmax(x) _mm512_reduce_max_ps(x)
+/* Lane-block helpers of the two below: the 128-bit blocks 0 and 2 (EVEN) or 1
+ * and 3 (ODD) of a, then the same of b. */
+#define FAVOR__X4_EVEN(a, b) _mm512_shuffle_f32x4((a), (b), 0x88)
+#define FAVOR__X4_ODD(a, b) _mm512_shuffle_f32x4((a), (b), 0xDD)
+/* see the AVX2 version: 16 vectors in three rounds of pairwise adds (elements
+ * within 128-bit blocks by unpack, then by shuffle, then the blocks) */
+static inline favor__vf favor__v_sums(const favor__vf *a)
+{
+    __m512 s[8], t[4], u0, u1;
+    int i;
+    for (i = 0; i < 8; ++i) /* a[2i], a[2i+1] interleaved, 8 partials each */
+        s[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (i = 0; i < 4; ++i) /* a[4i..4i+3] in the 4 lanes of each block */
+        t[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], 0xEE));
+    u0 = _mm512_add_ps(FAVOR__X4_EVEN(t[0], t[1]), FAVOR__X4_ODD(t[0], t[1]));
+    u1 = _mm512_add_ps(FAVOR__X4_EVEN(t[2], t[3]), FAVOR__X4_ODD(t[2], t[3]));
+    return _mm512_add_ps(FAVOR__X4_EVEN(u0, u1), FAVOR__X4_ODD(u0, u1));
+}
+/* a 16 x 16 block transpose (see the AVX2 version): pairs of rows interleaved,
+ * then fours, so each 128-bit block holds one column of four rows; the four
+ * blocks of a column then gather by 128-bit shuffles */
+static inline void favor__v_transpose(const float *s, size_t lds, float *d, size_t ldd)
+{
+    __m512 r[16], u[16];
+    int i, g, c;
+    for (i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * lds);
+    for (i = 0; i < 16; i += 2) { /* rows i, i+1: columns 4L, 4L+1 | 4L+2, 4L+3 */
+        __m512 lo = _mm512_unpacklo_ps(r[i], r[i + 1]), hi = _mm512_unpackhi_ps(r[i], r[i + 1]);
+        r[i] = lo;
+        r[i + 1] = hi;
+    }
+    for (g = 0; g < 16; g += 4) { /* u[g + c], block L: column 4L + c, rows g..g+3 */
+        u[g] = _mm512_shuffle_ps(r[g], r[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(r[g], r[g + 2], 0xEE);
+        u[g + 2] = _mm512_shuffle_ps(r[g + 1], r[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(r[g + 1], r[g + 3], 0xEE);
+    }
+    for (c = 0; c < 4; ++c) {
+        __m512 a = FAVOR__X4_EVEN(u[c], u[4 + c]), b = FAVOR__X4_ODD(u[c], u[4 + c]);
+        __m512 e = FAVOR__X4_EVEN(u[8 + c], u[12 + c]), f = FAVOR__X4_ODD(u[8 + c], u[12 + c]);
+        _mm512_storeu_ps(d + (size_t)c * ldd, FAVOR__X4_EVEN(a, e));
+        _mm512_storeu_ps(d + (size_t)(4 + c) * ldd, FAVOR__X4_EVEN(b, f));
+        _mm512_storeu_ps(d + (size_t)(8 + c) * ldd, FAVOR__X4_ODD(a, e));
+        _mm512_storeu_ps(d + (size_t)(12 + c) * ldd, FAVOR__X4_ODD(b, f));
+    }
 }
 #elif FAVOR_SIMD == FAVOR_NEON
 /* NEON (AArch64): 4 lanes. vmaxq/vminq would turn a NaN in either operand into
@@ -1043,6 +1140,35 @@ static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
     r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* 8 x u16, low half */
     _mm_storeu_si128((__m128i *)(void *)p, _mm256_castsi256_si128(r));
 }
+#elif FAVOR_SIMD == FAVOR_AVX512
+/* 16 lanes: vcvtph2ps/vcvtps2ph (AVX-512F, the F16C instructions' 512-bit form)
+ * and the AVX2 bf16 arithmetic, with mask registers for the NaN lanes and
+ * vpmovdw (AVX-512F) to narrow. */
+#define FAVOR__LOAD_U16(p) _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define FAVOR__IS_NAN(u)                                                                   \
+    _mm512_cmpgt_epu32_mask(_mm512_and_si512((u), _mm512_set1_epi32(0x7fffffff)),          \
+                            _mm512_set1_epi32(0x7f800000))
+#define favor__v_load_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define favor__v_store_f16(p, x)                                                           \
+    _mm256_storeu_si256((__m256i *)(void *)(p),                                            \
+                        _mm512_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+static inline favor__vf favor__v_load_bf16(const uint16_t *p)
+{
+    __m512i u = _mm512_slli_epi32(FAVOR__LOAD_U16(p), 16);
+    return _mm512_castsi512_ps(_mm512_mask_or_epi32(u, FAVOR__IS_NAN(u), u,
+                                                    _mm512_set1_epi32(0x400000)));
+}
+#define favor__v_load_bf16a(p) _mm512_castsi512_ps(_mm512_slli_epi32(FAVOR__LOAD_U16(p), 16))
+static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
+{
+    __m512i u = _mm512_castps_si512(x), hi = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                             _mm512_and_si512(hi, _mm512_set1_epi32(1)))),
+        16);
+    r = _mm512_mask_or_epi32(r, FAVOR__IS_NAN(u), hi, _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
+}
 #elif FAVOR_SIMD == FAVOR_NEON
 #define favor__v_load_f16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)))
 #define favor__v_store_f16(p, x) vst1_u16((p), vreinterpret_u16_f16(vcvt_f16_f32(x)))
@@ -1256,17 +1382,23 @@ static void favor__elu1_grad(float *dx, const float *x, const float *phi, const 
 }
 
 /* C[M x N] = (acc ? C : 0) + A[M x K] B[K x N]; row-major with leading dimensions.
- * The micro-kernel keeps a tile of up to 6 rows x 2 vectors in registers. */
+ * The micro-kernel keeps a tile of up to FAVOR__MR rows x 2 vectors in registers. */
+#if FAVOR_SIMD == FAVOR_AVX512
+#define FAVOR__MR 12
+#else
 #define FAVOR__MR 6
+#endif
 #define FAVOR__NV1 8
-/* The register tile: up to 6 rows x 2 vectors of accumulators (12 of AVX2's 16
- * registers, with two for B and one for the broadcast A); per k two loads, mr
- * broadcasts and 2*mr FMAs. One or two rows (a decode step, a tail) take
- * 1 x FAVOR__NV1 or 2 x FAVOR__NV1/2 vectors instead: 8 independent FMA chains
- * rather than 2 or 4 that would wait on the FMA latency. Every shape adds each C element's terms in the same
- * order, so the shape never changes a result. Written once with loops over constant bounds: each
- * call site below passes constants, so the compiler unrolls it and keeps the
- * accumulators in registers. */
+/* The register tile: up to FAVOR__MR rows x 2 vectors of accumulators (AVX2:
+ * 6 rows, 12 of its 16 registers, with two for B and one for the broadcast A;
+ * AVX-512: 12 rows, 24 of its 32); per k two loads, mr broadcasts and 2*mr FMAs.
+ * One or two rows (a decode step, a tail) take 1 x FAVOR__NV1 or
+ * 2 x FAVOR__NV1/2 vectors instead (one row of fewer columns: 1 x FAVOR__NV1/2):
+ * 8 (4) independent FMA chains rather than 2 or 4 that would wait on the FMA
+ * latency. Every shape adds each C element's terms in the same order, so the
+ * shape never changes a result. Written once with loops over constant bounds:
+ * each call site below passes constants, so the compiler unrolls it and keeps
+ * the accumulators in registers. */
 #if defined(__GNUC__) || defined(__clang__)
 #define FAVOR__INLINE static inline __attribute__((always_inline))
 #else
@@ -1303,7 +1435,8 @@ static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, siz
                              size_t csa, const float *B, size_t ldb, float *C, size_t ldc,
                              int acc)
 {
-    FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 && (nv <= 2 || nv * mr == FAVOR__NV1));
+    FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 &&
+                 (nv <= 2 || nv * mr == FAVOR__NV1 || (mr == 1 && nv == FAVOR__NV1 / 2)));
 #define FAVOR__TILE_CASE(n)                                                            \
     case n:                                                                            \
         if (nv == 2) favor__tile(n, 2, K, A, lda, csa, B, ldb, C, ldc, acc);           \
@@ -1313,11 +1446,20 @@ static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, siz
         favor__tile(1, FAVOR__NV1, K, A, lda, csa, B, ldb, C, ldc, acc);
         return;
     }
-    if (mr == 2 && nv == FAVOR__NV1 / 2) {
-        favor__tile(2, FAVOR__NV1 / 2, K, A, lda, csa, B, ldb, C, ldc, acc);
+    if (mr <= 2 && nv == FAVOR__NV1 / 2) {
+        if (mr == 2) favor__tile(2, FAVOR__NV1 / 2, K, A, lda, csa, B, ldb, C, ldc, acc);
+        else favor__tile(1, FAVOR__NV1 / 2, K, A, lda, csa, B, ldb, C, ldc, acc);
         return;
     }
     switch (mr) {
+#if FAVOR__MR > 6
+        FAVOR__TILE_CASE(12);
+        FAVOR__TILE_CASE(11);
+        FAVOR__TILE_CASE(10);
+        FAVOR__TILE_CASE(9);
+        FAVOR__TILE_CASE(8);
+        FAVOR__TILE_CASE(7);
+#endif
         FAVOR__TILE_CASE(6);
         FAVOR__TILE_CASE(5);
         FAVOR__TILE_CASE(4);
@@ -1344,6 +1486,10 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
             size_t nw = FAVOR__NV1 / mr;
             for (; j + nw * FAVOR__W <= N; j += nw * FAVOR__W)
                 favor__gemm_tile(mr, nw, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+            if (mr == 1 && j + nw / 2 * FAVOR__W <= N) {
+                favor__gemm_tile(1, nw / 2, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+                j += nw / 2 * FAVOR__W;
+            }
         }
         for (; j + 2 * FAVOR__W <= N; j += 2 * FAVOR__W)
             favor__gemm_tile(mr, 2, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
@@ -1507,6 +1653,10 @@ FAVOR__DEFINE_DOTS(_bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
         size_t c = 0, j;                                                                         \
         for (; c + FAVOR__NV1 * FAVOR__W <= dv; c += FAVOR__NV1 * FAVOR__W)                      \
             favor__pv_block##T(FAVOR__NV1, C + c, p, nb, V + c, ldv);                            \
+        if (c + FAVOR__NV1 / 2 * FAVOR__W <= dv) { /* AVX-512, d_v = 64: 4 chains, not 2 */      \
+            favor__pv_block##T(FAVOR__NV1 / 2, C + c, p, nb, V + c, ldv);                        \
+            c += FAVOR__NV1 / 2 * FAVOR__W;                                                      \
+        }                                                                                        \
         for (; c + 2 * FAVOR__W <= dv; c += 2 * FAVOR__W)                                        \
             favor__pv_block##T(2, C + c, p, nb, V + c, ldv);                                     \
         for (; c + FAVOR__W <= dv; c += FAVOR__W) favor__pv_block##T(1, C + c, p, nb, V + c, ldv); \
@@ -2526,7 +2676,9 @@ FAVOR_API const char *favor_status_string(favor_status s)
 
 FAVOR_API const char *favor_backend(void)
 {
-#if FAVOR_SIMD == FAVOR_AVX2
+#if FAVOR_SIMD == FAVOR_AVX512
+    return "avx512";
+#elif FAVOR_SIMD == FAVOR_AVX2
     return "avx2";
 #elif FAVOR_SIMD == FAVOR_NEON
     return "neon";
