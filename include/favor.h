@@ -1508,8 +1508,11 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
  * (A as in favor__gemm) where row i of C takes only the terms j < hi(i)
  * (lower) or j >= lo(i) (upper), the bound being clamp(base + i, 0, K). Each
  * block of MR rows multiplies the terms all its rows take in register tiles and
- * the rest term by term, so a row never multiplies a term it does not take: a
- * NaN or inf there (a later token's) cannot reach it through a zero weight. */
+ * the rest row by row (a one-row product over that row's own terms, its C row
+ * held in registers: the same FMAs in the same order as term-by-term axpys, which
+ * reloaded and stored C once per term), so a row never multiplies a term it does
+ * not take: a NaN or inf there (a later token's) cannot reach it through a zero
+ * weight. */
 static size_t favor__stair(ptrdiff_t base, size_t i, size_t K)
 {
     ptrdiff_t b = base + (ptrdiff_t)i;
@@ -1520,7 +1523,7 @@ static void favor__gemm_stair(size_t M, size_t N, size_t K, int upper, ptrdiff_t
                               const float *A, size_t lda, size_t csa, const float *B,
                               size_t ldb, float *C, size_t ldc)
 {
-    size_t i0, i, j;
+    size_t i0, i;
     for (i0 = 0; i0 < M; i0 += FAVOR__MR) {
         size_t mr = M - i0 < FAVOR__MR ? M - i0 : FAVOR__MR;
         /* the terms every row of the block takes: [0, common) or [common, K) */
@@ -1533,7 +1536,9 @@ static void favor__gemm_stair(size_t M, size_t N, size_t K, int upper, ptrdiff_t
         for (i = i0; i < i0 + mr; ++i) {
             size_t lo = upper ? favor__stair(base, i, K) : common;
             size_t hi = upper ? common : favor__stair(base, i, K);
-            for (j = lo; j < hi; ++j) favor__axpy(C + i * ldc, A[i * lda + j * csa], B + j * ldb, N);
+            if (hi > lo) /* one row: its C stays in registers over the terms */
+                favor__gemm(1, N, hi - lo, A + i * lda + lo * csa, lda, csa, B + lo * ldb, ldb,
+                            C + i * ldc, ldc, 1);
         }
     }
 }
