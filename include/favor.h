@@ -816,6 +816,12 @@ static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf 
 }
 #define favor__v_hsum(x) _mm512_reduce_add_ps(x)
 #define favor__v_hmax(x) _mm512_reduce_max_ps(x)
+/* the first n < 16 lanes at p (a tail): loads zero the other lanes, stores leave
+ * the memory past p + n untouched (masked, no fault past the end) */
+#define FAVOR__MASKED 1
+#define FAVOR__LANES(n) ((__mmask16)((1u << (n)) - 1u))
+#define favor__v_load_n(p, n) _mm512_maskz_loadu_ps(FAVOR__LANES(n), (p))
+#define favor__v_store_n(p, x, n) _mm512_mask_storeu_ps((p), FAVOR__LANES(n), (x))
 /* Lane-block helpers of the two below: the 128-bit blocks 0 and 2 (EVEN) or 1
  * and 3 (ODD) of a, then the same of b. */
 #define FAVOR__X4_EVEN(a, b) _mm512_shuffle_f32x4((a), (b), 0x88)
@@ -938,6 +944,24 @@ static inline void favor__v_transpose(const float *s, size_t lds, float *d, size
     (void)lds;
     (void)ldd;
     *d = *s; /* a 1 x 1 block */
+}
+#endif
+/* favor__v_load_n / favor__v_store_n: the first n < FAVOR__W lanes at p. Where
+ * the backend has no masked loads and stores (FAVOR__MASKED 0) they go through a
+ * buffer, correct but no faster than the scalar tails the kernels use there. */
+#ifndef FAVOR__MASKED
+#define FAVOR__MASKED 0
+static inline favor__vf favor__v_load_n(const float *p, size_t n)
+{
+    float t[FAVOR__W] = {0};
+    memcpy(t, p, n * sizeof *t);
+    return favor__v_load(t);
+}
+static inline void favor__v_store_n(float *p, favor__vf x, size_t n)
+{
+    float t[FAVOR__W];
+    favor__v_store(t, x);
+    memcpy(p, t, n * sizeof *t);
 }
 #endif
 
@@ -1410,45 +1434,58 @@ static void favor__elu1_grad(float *dx, const float *x, const float *phi, const 
 #define FAVOR__UNROLL
 #endif
 
-FAVOR__INLINE void favor__tile(const size_t mr, const size_t nv, size_t K, const float *A,
-                               size_t lda, size_t csa, const float *B, size_t ldb, float *C,
-                               size_t ldc, int acc)
+/* vector v of nv whose last one has nt lanes (nt = FAVOR__W: whole) */
+#define FAVOR__TILE_LOAD(p, v) \
+    ((v) + 1 < nv || nt == FAVOR__W ? favor__v_load(p) : favor__v_load_n((p), nt))
+FAVOR__INLINE void favor__tile(const size_t mr, const size_t nv, const size_t nt, size_t K,
+                               const float *A, size_t lda, size_t csa, const float *B,
+                               size_t ldb, float *C, size_t ldc, int acc)
 {
     favor__vf c[FAVOR__MR][FAVOR__NV1], b[FAVOR__NV1];
     size_t r, v, k;
     FAVOR__UNROLL for (r = 0; r < mr; ++r)
         FAVOR__UNROLL for (v = 0; v < nv; ++v)
-            c[r][v] = acc ? favor__v_load(C + r * ldc + v * FAVOR__W) : favor__v_set1(0.0f);
+            c[r][v] = acc ? FAVOR__TILE_LOAD(C + r * ldc + v * FAVOR__W, v) : favor__v_set1(0.0f);
     for (k = 0; k < K; ++k) {
         const float *Ak = A + k * csa;
-        FAVOR__UNROLL for (v = 0; v < nv; ++v) b[v] = favor__v_load(B + k * ldb + v * FAVOR__W);
+        FAVOR__UNROLL for (v = 0; v < nv; ++v) b[v] = FAVOR__TILE_LOAD(B + k * ldb + v * FAVOR__W, v);
         FAVOR__UNROLL for (r = 0; r < mr; ++r) {
             favor__vf a = favor__v_set1(Ak[r * lda]);
             FAVOR__UNROLL for (v = 0; v < nv; ++v) c[r][v] = favor__v_fma(a, b[v], c[r][v]);
         }
     }
     FAVOR__UNROLL for (r = 0; r < mr; ++r)
-        FAVOR__UNROLL for (v = 0; v < nv; ++v) favor__v_store(C + r * ldc + v * FAVOR__W, c[r][v]);
+        FAVOR__UNROLL for (v = 0; v < nv; ++v) {
+            if (v + 1 < nv || nt == FAVOR__W) favor__v_store(C + r * ldc + v * FAVOR__W, c[r][v]);
+            else favor__v_store_n(C + r * ldc + v * FAVOR__W, c[r][v], nt);
+        }
 }
+#undef FAVOR__TILE_LOAD
 
-static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, size_t lda,
-                             size_t csa, const float *B, size_t ldb, float *C, size_t ldc,
-                             int acc)
+/* nv vectors of columns; with nv = 1, nt < FAVOR__W makes it the nt columns left
+ * over from the vector width, one masked vector (FAVOR__MASKED backends only) */
+static void favor__gemm_tile(size_t mr, size_t nv, size_t nt, size_t K, const float *A,
+                             size_t lda, size_t csa, const float *B, size_t ldb, float *C,
+                             size_t ldc, int acc)
 {
+    const size_t W = FAVOR__W;
     FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 &&
-                 (nv <= 2 || nv * mr == FAVOR__NV1 || (mr == 1 && nv == FAVOR__NV1 / 2)));
-#define FAVOR__TILE_CASE(n)                                                            \
-    case n:                                                                            \
-        if (nv == 2) favor__tile(n, 2, K, A, lda, csa, B, ldb, C, ldc, acc);           \
-        else favor__tile(n, 1, K, A, lda, csa, B, ldb, C, ldc, acc);                   \
+                 (nv <= 2 || nv * mr == FAVOR__NV1 || (mr == 1 && nv == FAVOR__NV1 / 2)) &&
+                 (nt == W || (nv == 1 && FAVOR__MASKED)));
+#define FAVOR__TILE_CASE(n)                                                             \
+    case n:                                                                             \
+        if (nv == 2) favor__tile(n, 2, W, K, A, lda, csa, B, ldb, C, ldc, acc);         \
+        else if (FAVOR__MASKED && nt < W)                                               \
+            favor__tile(n, 1, nt, K, A, lda, csa, B, ldb, C, ldc, acc);                 \
+        else favor__tile(n, 1, W, K, A, lda, csa, B, ldb, C, ldc, acc);                 \
         break
     if (mr == 1 && nv == FAVOR__NV1) {
-        favor__tile(1, FAVOR__NV1, K, A, lda, csa, B, ldb, C, ldc, acc);
+        favor__tile(1, FAVOR__NV1, W, K, A, lda, csa, B, ldb, C, ldc, acc);
         return;
     }
     if (mr <= 2 && nv == FAVOR__NV1 / 2) {
-        if (mr == 2) favor__tile(2, FAVOR__NV1 / 2, K, A, lda, csa, B, ldb, C, ldc, acc);
-        else favor__tile(1, FAVOR__NV1 / 2, K, A, lda, csa, B, ldb, C, ldc, acc);
+        if (mr == 2) favor__tile(2, FAVOR__NV1 / 2, W, K, A, lda, csa, B, ldb, C, ldc, acc);
+        else favor__tile(1, FAVOR__NV1 / 2, W, K, A, lda, csa, B, ldb, C, ldc, acc);
         return;
     }
     switch (mr) {
@@ -1485,17 +1522,22 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
         if (mr <= 2) { /* one or two rows: wider tiles, or too few chains hide the latency */
             size_t nw = FAVOR__NV1 / mr;
             for (; j + nw * FAVOR__W <= N; j += nw * FAVOR__W)
-                favor__gemm_tile(mr, nw, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+                favor__gemm_tile(mr, nw, FAVOR__W, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
             if (mr == 1 && j + nw / 2 * FAVOR__W <= N) {
-                favor__gemm_tile(1, nw / 2, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+                favor__gemm_tile(1, nw / 2, FAVOR__W, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc,
+                                 acc);
                 j += nw / 2 * FAVOR__W;
             }
         }
         for (; j + 2 * FAVOR__W <= N; j += 2 * FAVOR__W)
-            favor__gemm_tile(mr, 2, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+            favor__gemm_tile(mr, 2, FAVOR__W, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
         for (; j + FAVOR__W <= N; j += FAVOR__W)
-            favor__gemm_tile(mr, 1, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
-        for (; j < N; ++j) /* columns left over from the vector width */
+            favor__gemm_tile(mr, 1, FAVOR__W, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+        if (FAVOR__MASKED && j < N) { /* the columns left over, one masked vector */
+            favor__gemm_tile(mr, 1, N - j, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+            j = N;
+        }
+        for (; j < N; ++j) /* columns left over from the vector width (same FMAs) */
             for (r = 0; r < mr; ++r) {
                 float t = acc ? Ci[r * ldc + j] : 0.0f;
                 for (k = 0; k < K; ++k) t = favor__s_fma(Ai[r * lda + k * csa], B[k * ldb + j], t);
