@@ -54,7 +54,7 @@
 #ifdef FAVOR_BENCH_BLAS
 #include <cblas.h>
 #endif
-#if FAVOR_SIMD == FAVOR_AVX2
+#if FAVOR_SIMD == FAVOR_AVX2 || FAVOR_SIMD == FAVOR_AVX512
 #include <immintrin.h>
 #elif FAVOR_SIMD == FAVOR_NEON
 #include <arm_neon.h>
@@ -203,7 +203,7 @@ static void narrow_array(favor_dtype dt, uint16_t *y, const float *x, size_t cou
 #endif
     for (c = 0; c < nchunks; ++c) {
         size_t i = (size_t)c * chunk, end = count - i < chunk ? count : i + chunk;
-#if FAVOR_SIMD == FAVOR_AVX2 && defined(__F16C__)
+#if (FAVOR_SIMD == FAVOR_AVX2 || FAVOR_SIMD == FAVOR_AVX512) && defined(__F16C__)
         if (dt == FAVOR_F16) /* the same rounding as to_f16, 8 at a time */
             for (; i + 8 <= end; i += 8) {
                 __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
@@ -1055,85 +1055,82 @@ static int peer_run(peer *p, const job_spec *s, timing *t, char *why, size_t why
 
 static volatile float peak_sink;
 
+/* The few vector operations of the two loops below, on favor.h's backend (the
+ * bench's own: it uses the public API only). */
+#if FAVOR_SIMD == FAVOR_AVX512
+typedef __m512 bench_vf;
+#define BENCH_W 16
+#define bench_set1(x) _mm512_set1_ps(x)
+#define bench_fma(a, x, y) _mm512_fmadd_ps((a), (x), (y))
+#define bench_add(a, b) _mm512_add_ps((a), (b))
+#define bench_load(p) _mm512_load_ps(p)
+#define bench_hsum(a) _mm512_reduce_add_ps(a)
+#define BENCH_FMA_WHAT "AVX-512 _mm512_fmadd_ps, 12 independent chains, 16 lanes"
+#define BENCH_BW_WHAT "AVX-512 _mm512_load_ps + _mm512_add_ps, 8 accumulators"
+#elif FAVOR_SIMD == FAVOR_AVX2
+typedef __m256 bench_vf;
+#define BENCH_W 8
+#define bench_set1(x) _mm256_set1_ps(x)
+#define bench_fma(a, x, y) _mm256_fmadd_ps((a), (x), (y))
+#define bench_add(a, b) _mm256_add_ps((a), (b))
+#define bench_load(p) _mm256_load_ps(p)
+static float bench_hsum(__m256 a)
+{
+    float out[8];
+    _mm256_storeu_ps(out, a);
+    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+#define BENCH_FMA_WHAT "AVX2 _mm256_fmadd_ps, 12 independent chains, 8 lanes"
+#define BENCH_BW_WHAT "AVX2 _mm256_load_ps + _mm256_add_ps, 8 accumulators"
+#elif FAVOR_SIMD == FAVOR_NEON
+typedef float32x4_t bench_vf;
+#define BENCH_W 4
+#define bench_set1(x) vdupq_n_f32(x)
+#define bench_fma(a, x, y) vfmaq_f32((y), (a), (x))
+#define bench_add(a, b) vaddq_f32((a), (b))
+#define bench_load(p) vld1q_f32(p)
+#define bench_hsum(a) vaddvq_f32(a)
+#define BENCH_FMA_WHAT "NEON vfmaq_f32, 12 independent chains, 4 lanes"
+#define BENCH_BW_WHAT "NEON vld1q_f32 + vaddq_f32, 8 accumulators"
+#else
+/* scalar: a*x + y, two FLOP (one FMA where the compiler contracts it) */
+typedef float bench_vf;
+#define BENCH_W 1
+#define bench_set1(x) (x)
+#define bench_fma(a, x, y) ((a) * (x) + (y))
+#define bench_add(a, b) ((a) + (b))
+#define bench_load(p) (*(p))
+#define bench_hsum(a) (a)
+#define BENCH_FMA_WHAT "scalar a*x+y, 12 independent chains"
+#define BENCH_BW_WHAT "scalar, 8 accumulators"
+#endif
+
 /* iters rounds of 12 independent FMA chains; returns the FLOP done. */
 static double fma_loop(long iters)
 {
     long i;
-#if FAVOR_SIMD == FAVOR_AVX2
-    const __m256 x = _mm256_set1_ps(0.9999999f), y = _mm256_set1_ps(1e-7f);
-    __m256 a0 = _mm256_set1_ps(1.00f), a1 = _mm256_set1_ps(1.01f), a2 = _mm256_set1_ps(1.02f);
-    __m256 a3 = _mm256_set1_ps(1.03f), a4 = _mm256_set1_ps(1.04f), a5 = _mm256_set1_ps(1.05f);
-    __m256 a6 = _mm256_set1_ps(1.06f), a7 = _mm256_set1_ps(1.07f), a8 = _mm256_set1_ps(1.08f);
-    __m256 a9 = _mm256_set1_ps(1.09f), a10 = _mm256_set1_ps(1.10f), a11 = _mm256_set1_ps(1.11f);
-    float out[8];
+    const bench_vf x = bench_set1(0.9999999f), y = bench_set1(1e-7f);
+    bench_vf a0 = bench_set1(1.00f), a1 = bench_set1(1.01f), a2 = bench_set1(1.02f);
+    bench_vf a3 = bench_set1(1.03f), a4 = bench_set1(1.04f), a5 = bench_set1(1.05f);
+    bench_vf a6 = bench_set1(1.06f), a7 = bench_set1(1.07f), a8 = bench_set1(1.08f);
+    bench_vf a9 = bench_set1(1.09f), a10 = bench_set1(1.10f), a11 = bench_set1(1.11f);
+#define BENCH_FMA4(p, q, r, t)                                                        \
+    (p = bench_fma(p, x, y), q = bench_fma(q, x, y), r = bench_fma(r, x, y),             \
+     t = bench_fma(t, x, y))
     for (i = 0; i < iters; ++i) {
-        a0 = _mm256_fmadd_ps(a0, x, y);
-        a1 = _mm256_fmadd_ps(a1, x, y);
-        a2 = _mm256_fmadd_ps(a2, x, y);
-        a3 = _mm256_fmadd_ps(a3, x, y);
-        a4 = _mm256_fmadd_ps(a4, x, y);
-        a5 = _mm256_fmadd_ps(a5, x, y);
-        a6 = _mm256_fmadd_ps(a6, x, y);
-        a7 = _mm256_fmadd_ps(a7, x, y);
-        a8 = _mm256_fmadd_ps(a8, x, y);
-        a9 = _mm256_fmadd_ps(a9, x, y);
-        a10 = _mm256_fmadd_ps(a10, x, y);
-        a11 = _mm256_fmadd_ps(a11, x, y);
+        BENCH_FMA4(a0, a1, a2, a3);
+        BENCH_FMA4(a4, a5, a6, a7);
+        BENCH_FMA4(a8, a9, a10, a11);
     }
-    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                       _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-    _mm256_storeu_ps(out, a0);
-    peak_sink = out[0] + out[7];
-    return (double)iters * 12.0 * 8.0 * 2.0;
-#elif FAVOR_SIMD == FAVOR_NEON
-    const float32x4_t x = vdupq_n_f32(0.9999999f), y = vdupq_n_f32(1e-7f);
-    float32x4_t a0 = vdupq_n_f32(1.00f), a1 = vdupq_n_f32(1.01f), a2 = vdupq_n_f32(1.02f);
-    float32x4_t a3 = vdupq_n_f32(1.03f), a4 = vdupq_n_f32(1.04f), a5 = vdupq_n_f32(1.05f);
-    float32x4_t a6 = vdupq_n_f32(1.06f), a7 = vdupq_n_f32(1.07f), a8 = vdupq_n_f32(1.08f);
-    float32x4_t a9 = vdupq_n_f32(1.09f), a10 = vdupq_n_f32(1.10f), a11 = vdupq_n_f32(1.11f);
-    for (i = 0; i < iters; ++i) {
-        a0 = vfmaq_f32(y, a0, x);
-        a1 = vfmaq_f32(y, a1, x);
-        a2 = vfmaq_f32(y, a2, x);
-        a3 = vfmaq_f32(y, a3, x);
-        a4 = vfmaq_f32(y, a4, x);
-        a5 = vfmaq_f32(y, a5, x);
-        a6 = vfmaq_f32(y, a6, x);
-        a7 = vfmaq_f32(y, a7, x);
-        a8 = vfmaq_f32(y, a8, x);
-        a9 = vfmaq_f32(y, a9, x);
-        a10 = vfmaq_f32(y, a10, x);
-        a11 = vfmaq_f32(y, a11, x);
-    }
-    a0 = vaddq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)),
-                   vaddq_f32(vaddq_f32(a4, a5), vaddq_f32(a6, a7)));
-    a0 = vaddq_f32(a0, vaddq_f32(vaddq_f32(a8, a9), vaddq_f32(a10, a11)));
-    peak_sink = vaddvq_f32(a0);
-    return (double)iters * 12.0 * 4.0 * 2.0;
-#else
-    /* scalar: a*x + y, two FLOP (one FMA where the compiler contracts it) */
-    float a[12];
-    const float x = 0.9999999f, y = 1e-7f;
-    int c;
-    for (c = 0; c < 12; ++c) a[c] = 1.0f + 0.01f * (float)c;
-    for (i = 0; i < iters; ++i)
-        for (c = 0; c < 12; ++c) a[c] = a[c] * x + y;
-    peak_sink = a[0] + a[11];
-    return (double)iters * 12.0 * 2.0;
-#endif
+#undef BENCH_FMA4
+    a0 = bench_add(bench_add(bench_add(a0, a1), bench_add(a2, a3)),
+                   bench_add(bench_add(a4, a5), bench_add(a6, a7)));
+    a0 = bench_add(a0, bench_add(bench_add(a8, a9), bench_add(a10, a11)));
+    peak_sink = bench_hsum(a0);
+    return (double)iters * 12.0 * BENCH_W * 2.0;
 }
 
-static const char *peak_what(void)
-{
-#if FAVOR_SIMD == FAVOR_AVX2
-    return "AVX2 _mm256_fmadd_ps, 12 independent chains, 8 lanes";
-#elif FAVOR_SIMD == FAVOR_NEON
-    return "NEON vfmaq_f32, 12 independent chains, 4 lanes";
-#else
-    return "scalar a*x+y, 12 independent chains";
-#endif
-}
+static const char *peak_what(void) { return BENCH_FMA_WHAT; }
 
 /* GFLOP/s of `threads` threads running the loop at once: the best of `trials`. */
 static double measure_peak(int threads, double seconds, int trials)
@@ -1172,73 +1169,36 @@ static double measure_peak(int threads, double seconds, int trials)
 
 static volatile float bw_sink;
 
-/* Sum of x[0 .. count), count a multiple of 64 and x 64-byte aligned: 8
- * independent accumulators on favor.h's backend. */
+/* Sum of x[0 .. count), count a multiple of 128 (8 * BENCH_W or more) and x
+ * 64-byte aligned: 8 independent accumulators on favor.h's backend. */
 static float read_sum(const float *x, size_t count)
 {
     size_t i;
-#if FAVOR_SIMD == FAVOR_AVX2
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps();
-    __m256 a3 = _mm256_setzero_ps(), a4 = _mm256_setzero_ps(), a5 = _mm256_setzero_ps();
-    __m256 a6 = _mm256_setzero_ps(), a7 = _mm256_setzero_ps();
-    float out[8];
-    for (i = 0; i < count; i += 64) {
-        a0 = _mm256_add_ps(a0, _mm256_load_ps(x + i));
-        a1 = _mm256_add_ps(a1, _mm256_load_ps(x + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_load_ps(x + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_load_ps(x + i + 24));
-        a4 = _mm256_add_ps(a4, _mm256_load_ps(x + i + 32));
-        a5 = _mm256_add_ps(a5, _mm256_load_ps(x + i + 40));
-        a6 = _mm256_add_ps(a6, _mm256_load_ps(x + i + 48));
-        a7 = _mm256_add_ps(a7, _mm256_load_ps(x + i + 56));
+    bench_vf a0 = bench_set1(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+             a7 = a0;
+    for (i = 0; i < count; i += 8 * BENCH_W) {
+        a0 = bench_add(a0, bench_load(x + i));
+        a1 = bench_add(a1, bench_load(x + i + BENCH_W));
+        a2 = bench_add(a2, bench_load(x + i + 2 * BENCH_W));
+        a3 = bench_add(a3, bench_load(x + i + 3 * BENCH_W));
+        a4 = bench_add(a4, bench_load(x + i + 4 * BENCH_W));
+        a5 = bench_add(a5, bench_load(x + i + 5 * BENCH_W));
+        a6 = bench_add(a6, bench_load(x + i + 6 * BENCH_W));
+        a7 = bench_add(a7, bench_load(x + i + 7 * BENCH_W));
     }
-    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                       _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    _mm256_storeu_ps(out, a0);
-    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
-#elif FAVOR_SIMD == FAVOR_NEON
-    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0), a2 = vdupq_n_f32(0);
-    float32x4_t a3 = vdupq_n_f32(0), a4 = vdupq_n_f32(0), a5 = vdupq_n_f32(0);
-    float32x4_t a6 = vdupq_n_f32(0), a7 = vdupq_n_f32(0);
-    for (i = 0; i < count; i += 32) {
-        a0 = vaddq_f32(a0, vld1q_f32(x + i));
-        a1 = vaddq_f32(a1, vld1q_f32(x + i + 4));
-        a2 = vaddq_f32(a2, vld1q_f32(x + i + 8));
-        a3 = vaddq_f32(a3, vld1q_f32(x + i + 12));
-        a4 = vaddq_f32(a4, vld1q_f32(x + i + 16));
-        a5 = vaddq_f32(a5, vld1q_f32(x + i + 20));
-        a6 = vaddq_f32(a6, vld1q_f32(x + i + 24));
-        a7 = vaddq_f32(a7, vld1q_f32(x + i + 28));
-    }
-    a0 = vaddq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)),
-                   vaddq_f32(vaddq_f32(a4, a5), vaddq_f32(a6, a7)));
-    return vaddvq_f32(a0);
-#else
-    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int c;
-    for (i = 0; i < count; i += 8)
-        for (c = 0; c < 8; ++c) a[c] += x[i + (size_t)c];
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-#endif
+    a0 = bench_add(bench_add(bench_add(a0, a1), bench_add(a2, a3)),
+                   bench_add(bench_add(a4, a5), bench_add(a6, a7)));
+    return bench_hsum(a0);
 }
 
-static const char *bandwidth_what(void)
-{
-#if FAVOR_SIMD == FAVOR_AVX2
-    return "AVX2 _mm256_load_ps + _mm256_add_ps, 8 accumulators";
-#elif FAVOR_SIMD == FAVOR_NEON
-    return "NEON vld1q_f32 + vaddq_f32, 8 accumulators";
-#else
-    return "scalar, 8 accumulators";
-#endif
-}
+static const char *bandwidth_what(void) { return BENCH_BW_WHAT; }
 
 /* Single-thread read bandwidth in GB/s (1e9 bytes/s): the best of `passes` sums
  * over a buffer of `bytes`, after a pass that writes it (faulting its pages in)
  * and a warm-up sum. *median_out gets the median pass. */
 static double measure_bandwidth(size_t bytes, int passes, double *median_out)
 {
-    size_t count = bytes / sizeof(float) / 64 * 64, i;
+    size_t count = bytes / sizeof(float) / 128 * 128, i;
     float *x = alloc_floats(count), acc = 0;
     double *ts = (double *)xmalloc((size_t)passes * sizeof *ts), best;
     int k;

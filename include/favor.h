@@ -174,7 +174,7 @@
  *     backward passes (dq, dk, dv), every method, causal or not: max |error| <=
  *     1e-4 * max|gradient| against a float64 analytic backward, <= 1e-3 against
  *     central finite differences of the float64 forward.
- *     backends: AVX2 and NEON agree with the scalar build within 5e-7 * max|V|
+ *     backends: AVX2, AVX-512 and NEON agree with the scalar build within 5e-7 * max|V|
  *     (softmax, elu+1) and 5e-6 * max|O| (random features); W is bit-identical.
  *     exp (all backends, one algorithm): <= 1 ULP from libm expf over its normal
  *     range (1.003 ULP from the exact value), subnormal results within 1 ULP;
@@ -311,6 +311,11 @@
  *          sequences for every method. favor_attention_merge: two softmax
  *          results over disjoint key sets merged through their lse (MERGING).
  *          The softmax workspaces grow by a few tiles per thread.
+ *          The AVX-512 backend, FAVOR_AVX512 (16 lanes; chosen
+ *          by -mavx512f -mfma or -march=native on a CPU that has it, where 0.4
+ *          chose AVX2; favor_backend() returns "avx512"). Same algorithm and
+ *          bounds; its results round differently from AVX2's, as AVX2's do
+ *          from scalar's.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -322,10 +327,15 @@
  *   FAVOR_STATIC           make every function static (private to this file).
  *   FAVOR_API              linkage of the public functions (default: extern, or
  *                          static under FAVOR_STATIC).
- *   FAVOR_SIMD             the backend: FAVOR_SCALAR, FAVOR_AVX2 or FAVOR_NEON.
- *                          Default: from the compiler's flags: AVX2 when
- *                          __AVX2__ and __FMA__ (-mavx2 -mfma, -march=native),
- *                          NEON on AArch64, else scalar. Forcing one the
+ *   FAVOR_SIMD             the backend: FAVOR_SCALAR, FAVOR_AVX2, FAVOR_AVX512
+ *                          or FAVOR_NEON. Default: from the compiler's flags:
+ *                          AVX-512 (16 lanes) when __AVX512F__ and __FMA__
+ *                          (-mavx512f -mfma, or -march=native on a CPU with
+ *                          AVX-512: it uses AVX-512F instructions only, no
+ *                          DQ, BW or VL), else AVX2 (8 lanes) when __AVX2__
+ *                          and __FMA__ (-mavx2 -mfma, -march=native), NEON
+ *                          on AArch64, else scalar. -DFAVOR_SIMD=FAVOR_AVX2
+ *                          keeps AVX2 on an AVX-512 build. Forcing one the
  *                          compiler cannot build is an #error.
  *   FAVOR_NO_SIMD          force the portable scalar backend (same as
  *                          FAVOR_SIMD=FAVOR_SCALAR).
@@ -380,8 +390,10 @@ FAVOR_API const char *favor_status_string(favor_status status);
 #define FAVOR_SCALAR 0
 #define FAVOR_AVX2 1
 #define FAVOR_NEON 2
+#define FAVOR_AVX512 3
 
-/* The backend compiled in: "avx2", "neon" or "scalar" (a static string). O(1). */
+/* The backend compiled in: "avx512", "avx2", "neon" or "scalar" (a static
+ * string). O(1). */
 FAVOR_API const char *favor_backend(void);
 
 /* Element types of a tensor (see ELEMENT TYPES above). */
@@ -757,6 +769,8 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
 #ifndef FAVOR_SIMD
 #if defined(FAVOR_NO_SIMD)
 #define FAVOR_SIMD FAVOR_SCALAR
+#elif defined(__AVX512F__) && defined(__FMA__)
+#define FAVOR_SIMD FAVOR_AVX512
 #elif defined(__AVX2__) && defined(__FMA__)
 #define FAVOR_SIMD FAVOR_AVX2
 #elif defined(__ARM_NEON) && defined(__aarch64__)
@@ -769,12 +783,16 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
 #if !(defined(__AVX2__) && defined(__FMA__))
 #error "favor.h: FAVOR_SIMD=FAVOR_AVX2 needs AVX2 and FMA: compile with -mavx2 -mfma (or -march=native on such a CPU)"
 #endif
+#elif FAVOR_SIMD == FAVOR_AVX512
+#if !(defined(__AVX512F__) && defined(__FMA__))
+#error "favor.h: FAVOR_SIMD=FAVOR_AVX512 needs AVX-512F and FMA: compile with -mavx512f -mfma (or -march=native on such a CPU)"
+#endif
 #elif FAVOR_SIMD == FAVOR_NEON
 #if !(defined(__ARM_NEON) && defined(__aarch64__))
 #error "favor.h: FAVOR_SIMD=FAVOR_NEON needs an AArch64 target (NEON is always on there; no flags needed)"
 #endif
 #elif FAVOR_SIMD != FAVOR_SCALAR
-#error "favor.h: FAVOR_SIMD must be FAVOR_SCALAR, FAVOR_AVX2 or FAVOR_NEON"
+#error "favor.h: FAVOR_SIMD must be FAVOR_SCALAR, FAVOR_AVX2, FAVOR_AVX512 or FAVOR_NEON"
 #endif
 
 /* 4.2 The vector layer ------------------------------------------------------
@@ -901,6 +919,91 @@ static inline void favor__v_transpose(const float *s, size_t lds, float *d, size
     _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
     _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
+#elif FAVOR_SIMD == FAVOR_AVX512
+/* AVX-512F + FMA: 16 lanes, 32 registers. Only AVX-512F instructions (no DQ, BW
+ * or VL): comparisons give mask registers, and the selects blend by them. max/min
+ * follow maxps' rule, as on AVX2. */
+#include <immintrin.h>
+#define FAVOR__W 16
+typedef __m512 favor__vf;
+typedef __m512i favor__vu;
+#define favor__v_set1(x) _mm512_set1_ps(x)
+#define favor__v_load(p) _mm512_loadu_ps(p)
+#define favor__v_store(p, x) _mm512_storeu_ps((p), (x))
+#define favor__v_add(a, b) _mm512_add_ps((a), (b))
+#define favor__v_sub(a, b) _mm512_sub_ps((a), (b))
+#define favor__v_mul(a, b) _mm512_mul_ps((a), (b))
+#define favor__v_div(a, b) _mm512_div_ps((a), (b))
+#define favor__v_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define favor__v_max(a, b) _mm512_max_ps((a), (b))
+#define favor__v_min(a, b) _mm512_min_ps((a), (b))
+#define favor__v_asint(x) _mm512_castps_si512(x)
+#define favor__v_asfloat(x) _mm512_castsi512_ps(x)
+#define favor__v_iadd(a, b) _mm512_add_epi32((a), (b))
+#define favor__v_isub(a, b) _mm512_sub_epi32((a), (b))
+#define favor__v_iset1(a) _mm512_set1_epi32((int)(a))
+#define favor__v_srli(a, n) _mm512_srli_epi32((a), (n))
+#define favor__v_slli(a, n) _mm512_slli_epi32((a), (n))
+static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf b)
+{
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), b, a);
+}
+#define favor__v_hsum(x) _mm512_reduce_add_ps(x)
+#define favor__v_hmax(x) _mm512_reduce_max_ps(x)
+/* the first n < 16 lanes at p (a tail): loads zero the other lanes, stores leave
+ * the memory past p + n untouched (masked, no fault past the end) */
+#define FAVOR__MASKED 1
+#define FAVOR__LANES(n) ((__mmask16)((1u << (n)) - 1u))
+#define favor__v_load_n(p, n) _mm512_maskz_loadu_ps(FAVOR__LANES(n), (p))
+#define favor__v_store_n(p, x, n) _mm512_mask_storeu_ps((p), FAVOR__LANES(n), (x))
+/* Lane-block helpers of the two below: the 128-bit blocks 0 and 2 (EVEN) or 1
+ * and 3 (ODD) of a, then the same of b. */
+#define FAVOR__X4_EVEN(a, b) _mm512_shuffle_f32x4((a), (b), 0x88)
+#define FAVOR__X4_ODD(a, b) _mm512_shuffle_f32x4((a), (b), 0xDD)
+/* see the AVX2 version: 16 vectors in three rounds of pairwise adds (elements
+ * within 128-bit blocks by unpack, then by shuffle, then the blocks) */
+static inline favor__vf favor__v_sums(const favor__vf *a)
+{
+    __m512 s[8], t[4], u0, u1;
+    int i;
+    for (i = 0; i < 8; ++i) /* a[2i], a[2i+1] interleaved, 8 partials each */
+        s[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (i = 0; i < 4; ++i) /* a[4i..4i+3] in the 4 lanes of each block */
+        t[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], 0xEE));
+    u0 = _mm512_add_ps(FAVOR__X4_EVEN(t[0], t[1]), FAVOR__X4_ODD(t[0], t[1]));
+    u1 = _mm512_add_ps(FAVOR__X4_EVEN(t[2], t[3]), FAVOR__X4_ODD(t[2], t[3]));
+    return _mm512_add_ps(FAVOR__X4_EVEN(u0, u1), FAVOR__X4_ODD(u0, u1));
+}
+/* a 16 x 16 block transpose (see the AVX2 version): pairs of rows interleaved,
+ * then fours, so each 128-bit block holds one column of four rows; the four
+ * blocks of a column then gather by 128-bit shuffles */
+static inline void favor__v_transpose(const float *s, size_t lds, float *d, size_t ldd)
+{
+    __m512 r[16], u[16];
+    int i, g, c;
+    for (i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * lds);
+    for (i = 0; i < 16; i += 2) { /* rows i, i+1: columns 4L, 4L+1 | 4L+2, 4L+3 */
+        __m512 lo = _mm512_unpacklo_ps(r[i], r[i + 1]), hi = _mm512_unpackhi_ps(r[i], r[i + 1]);
+        r[i] = lo;
+        r[i + 1] = hi;
+    }
+    for (g = 0; g < 16; g += 4) { /* u[g + c], block L: column 4L + c, rows g..g+3 */
+        u[g] = _mm512_shuffle_ps(r[g], r[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(r[g], r[g + 2], 0xEE);
+        u[g + 2] = _mm512_shuffle_ps(r[g + 1], r[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(r[g + 1], r[g + 3], 0xEE);
+    }
+    for (c = 0; c < 4; ++c) {
+        __m512 a = FAVOR__X4_EVEN(u[c], u[4 + c]), b = FAVOR__X4_ODD(u[c], u[4 + c]);
+        __m512 e = FAVOR__X4_EVEN(u[8 + c], u[12 + c]), f = FAVOR__X4_ODD(u[8 + c], u[12 + c]);
+        _mm512_storeu_ps(d + (size_t)c * ldd, FAVOR__X4_EVEN(a, e));
+        _mm512_storeu_ps(d + (size_t)(4 + c) * ldd, FAVOR__X4_EVEN(b, f));
+        _mm512_storeu_ps(d + (size_t)(8 + c) * ldd, FAVOR__X4_ODD(a, e));
+        _mm512_storeu_ps(d + (size_t)(12 + c) * ldd, FAVOR__X4_ODD(b, f));
+    }
+}
 #elif FAVOR_SIMD == FAVOR_NEON
 /* NEON (AArch64): 4 lanes. vmaxq/vminq would turn a NaN in either operand into
  * NaN; max/min are written as selects so every backend follows one rule. */
@@ -979,6 +1082,24 @@ static inline void favor__v_transpose(const float *s, size_t lds, float *d, size
     (void)lds;
     (void)ldd;
     *d = *s; /* a 1 x 1 block */
+}
+#endif
+/* favor__v_load_n / favor__v_store_n: the first n < FAVOR__W lanes at p. Where
+ * the backend has no masked loads and stores (FAVOR__MASKED 0) they go through a
+ * buffer, correct but no faster than the scalar tails the kernels use there. */
+#ifndef FAVOR__MASKED
+#define FAVOR__MASKED 0
+static inline favor__vf favor__v_load_n(const float *p, size_t n)
+{
+    float t[FAVOR__W] = {0};
+    memcpy(t, p, n * sizeof *t);
+    return favor__v_load(t);
+}
+static inline void favor__v_store_n(float *p, favor__vf x, size_t n)
+{
+    float t[FAVOR__W];
+    favor__v_store(t, x);
+    memcpy(p, t, n * sizeof *t);
 }
 #endif
 
@@ -1251,6 +1372,35 @@ static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
     r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* 8 x u16, low half */
     _mm_storeu_si128((__m128i *)(void *)p, _mm256_castsi256_si128(r));
 }
+#elif FAVOR_SIMD == FAVOR_AVX512
+/* 16 lanes: vcvtph2ps/vcvtps2ph (AVX-512F, the F16C instructions' 512-bit form)
+ * and the AVX2 bf16 arithmetic, with mask registers for the NaN lanes and
+ * vpmovdw (AVX-512F) to narrow. */
+#define FAVOR__LOAD_U16(p) _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define FAVOR__IS_NAN(u)                                                                   \
+    _mm512_cmpgt_epu32_mask(_mm512_and_si512((u), _mm512_set1_epi32(0x7fffffff)),          \
+                            _mm512_set1_epi32(0x7f800000))
+#define favor__v_load_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define favor__v_store_f16(p, x)                                                           \
+    _mm256_storeu_si256((__m256i *)(void *)(p),                                            \
+                        _mm512_cvtps_ph((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+static inline favor__vf favor__v_load_bf16(const uint16_t *p)
+{
+    __m512i u = _mm512_slli_epi32(FAVOR__LOAD_U16(p), 16);
+    return _mm512_castsi512_ps(_mm512_mask_or_epi32(u, FAVOR__IS_NAN(u), u,
+                                                    _mm512_set1_epi32(0x400000)));
+}
+#define favor__v_load_bf16a(p) _mm512_castsi512_ps(_mm512_slli_epi32(FAVOR__LOAD_U16(p), 16))
+static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
+{
+    __m512i u = _mm512_castps_si512(x), hi = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                             _mm512_and_si512(hi, _mm512_set1_epi32(1)))),
+        16);
+    r = _mm512_mask_or_epi32(r, FAVOR__IS_NAN(u), hi, _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
+}
 #elif FAVOR_SIMD == FAVOR_NEON
 #define favor__v_load_f16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)))
 #define favor__v_store_f16(p, x) vst1_u16((p), vreinterpret_u16_f16(vcvt_f16_f32(x)))
@@ -1500,17 +1650,23 @@ static void favor__elu1_grad(float *dx, const float *x, const float *phi, const 
 }
 
 /* C[M x N] = (acc ? C : 0) + A[M x K] B[K x N]; row-major with leading dimensions.
- * The micro-kernel keeps a tile of up to 6 rows x 2 vectors in registers. */
+ * The micro-kernel keeps a tile of up to FAVOR__MR rows x 2 vectors in registers. */
+#if FAVOR_SIMD == FAVOR_AVX512
+#define FAVOR__MR 12
+#else
 #define FAVOR__MR 6
+#endif
 #define FAVOR__NV1 8
-/* The register tile: up to 6 rows x 2 vectors of accumulators (12 of AVX2's 16
- * registers, with two for B and one for the broadcast A); per k two loads, mr
- * broadcasts and 2*mr FMAs. One or two rows (a decode step, a tail) take
- * 1 x FAVOR__NV1 or 2 x FAVOR__NV1/2 vectors instead: 8 independent FMA chains
- * rather than 2 or 4 that would wait on the FMA latency. Every shape adds each C element's terms in the same
- * order, so the shape never changes a result. Written once with loops over constant bounds: each
- * call site below passes constants, so the compiler unrolls it and keeps the
- * accumulators in registers. */
+/* The register tile: up to FAVOR__MR rows x 2 vectors of accumulators (AVX2:
+ * 6 rows, 12 of its 16 registers, with two for B and one for the broadcast A;
+ * AVX-512: 12 rows, 24 of its 32); per k two loads, mr broadcasts and 2*mr FMAs.
+ * One or two rows (a decode step, a tail) take 1 x FAVOR__NV1 or
+ * 2 x FAVOR__NV1/2 vectors instead (one row of fewer columns: 1 x FAVOR__NV1/2):
+ * 8 (4) independent FMA chains rather than 2 or 4 that would wait on the FMA
+ * latency. Every shape adds each C element's terms in the same order, so the
+ * shape never changes a result. Written once with loops over constant bounds:
+ * each call site below passes constants, so the compiler unrolls it and keeps
+ * the accumulators in registers. */
 #if defined(__GNUC__) || defined(__clang__)
 #define FAVOR__INLINE static inline __attribute__((always_inline))
 #else
@@ -1522,46 +1678,69 @@ static void favor__elu1_grad(float *dx, const float *x, const float *phi, const 
 #define FAVOR__UNROLL
 #endif
 
-FAVOR__INLINE void favor__tile(const size_t mr, const size_t nv, size_t K, const float *A,
-                               size_t lda, size_t csa, const float *B, size_t ldb, float *C,
-                               size_t ldc, int acc)
+/* vector v of nv whose last one has nt lanes (nt = FAVOR__W: whole) */
+#define FAVOR__TILE_LOAD(p, v) \
+    ((v) + 1 < nv || nt == FAVOR__W ? favor__v_load(p) : favor__v_load_n((p), nt))
+FAVOR__INLINE void favor__tile(const size_t mr, const size_t nv, const size_t nt, size_t K,
+                               const float *A, size_t lda, size_t csa, const float *B,
+                               size_t ldb, float *C, size_t ldc, int acc)
 {
     favor__vf c[FAVOR__MR][FAVOR__NV1], b[FAVOR__NV1];
     size_t r, v, k;
     FAVOR__UNROLL for (r = 0; r < mr; ++r)
         FAVOR__UNROLL for (v = 0; v < nv; ++v)
-            c[r][v] = acc ? favor__v_load(C + r * ldc + v * FAVOR__W) : favor__v_set1(0.0f);
+            c[r][v] = acc ? FAVOR__TILE_LOAD(C + r * ldc + v * FAVOR__W, v) : favor__v_set1(0.0f);
     for (k = 0; k < K; ++k) {
         const float *Ak = A + k * csa;
-        FAVOR__UNROLL for (v = 0; v < nv; ++v) b[v] = favor__v_load(B + k * ldb + v * FAVOR__W);
+        FAVOR__UNROLL for (v = 0; v < nv; ++v) b[v] = FAVOR__TILE_LOAD(B + k * ldb + v * FAVOR__W, v);
         FAVOR__UNROLL for (r = 0; r < mr; ++r) {
             favor__vf a = favor__v_set1(Ak[r * lda]);
             FAVOR__UNROLL for (v = 0; v < nv; ++v) c[r][v] = favor__v_fma(a, b[v], c[r][v]);
         }
     }
     FAVOR__UNROLL for (r = 0; r < mr; ++r)
-        FAVOR__UNROLL for (v = 0; v < nv; ++v) favor__v_store(C + r * ldc + v * FAVOR__W, c[r][v]);
+        FAVOR__UNROLL for (v = 0; v < nv; ++v) {
+            if (v + 1 < nv || nt == FAVOR__W) favor__v_store(C + r * ldc + v * FAVOR__W, c[r][v]);
+            else favor__v_store_n(C + r * ldc + v * FAVOR__W, c[r][v], nt);
+        }
 }
+#undef FAVOR__TILE_LOAD
 
-static void favor__gemm_tile(size_t mr, size_t nv, size_t K, const float *A, size_t lda,
-                             size_t csa, const float *B, size_t ldb, float *C, size_t ldc,
-                             int acc)
+/* nv vectors of columns; with nv = 1, nt < FAVOR__W makes it the nt columns left
+ * over from the vector width, one masked vector (FAVOR__MASKED backends only) */
+static void favor__gemm_tile(size_t mr, size_t nv, size_t nt, size_t K, const float *A,
+                             size_t lda, size_t csa, const float *B, size_t ldb, float *C,
+                             size_t ldc, int acc)
 {
-    FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 && (nv <= 2 || nv * mr == FAVOR__NV1));
-#define FAVOR__TILE_CASE(n)                                                            \
-    case n:                                                                            \
-        if (nv == 2) favor__tile(n, 2, K, A, lda, csa, B, ldb, C, ldc, acc);           \
-        else favor__tile(n, 1, K, A, lda, csa, B, ldb, C, ldc, acc);                   \
+    const size_t W = FAVOR__W;
+    FAVOR_ASSERT(mr >= 1 && mr <= FAVOR__MR && nv >= 1 &&
+                 (nv <= 2 || nv * mr == FAVOR__NV1 || (mr == 1 && nv == FAVOR__NV1 / 2)) &&
+                 (nt == W || (nv == 1 && FAVOR__MASKED)));
+#define FAVOR__TILE_CASE(n)                                                             \
+    case n:                                                                             \
+        if (nv == 2) favor__tile(n, 2, W, K, A, lda, csa, B, ldb, C, ldc, acc);         \
+        else if (FAVOR__MASKED && nt < W)                                               \
+            favor__tile(n, 1, nt, K, A, lda, csa, B, ldb, C, ldc, acc);                 \
+        else favor__tile(n, 1, W, K, A, lda, csa, B, ldb, C, ldc, acc);                 \
         break
     if (mr == 1 && nv == FAVOR__NV1) {
-        favor__tile(1, FAVOR__NV1, K, A, lda, csa, B, ldb, C, ldc, acc);
+        favor__tile(1, FAVOR__NV1, W, K, A, lda, csa, B, ldb, C, ldc, acc);
         return;
     }
-    if (mr == 2 && nv == FAVOR__NV1 / 2) {
-        favor__tile(2, FAVOR__NV1 / 2, K, A, lda, csa, B, ldb, C, ldc, acc);
+    if (mr <= 2 && nv == FAVOR__NV1 / 2) {
+        if (mr == 2) favor__tile(2, FAVOR__NV1 / 2, W, K, A, lda, csa, B, ldb, C, ldc, acc);
+        else favor__tile(1, FAVOR__NV1 / 2, W, K, A, lda, csa, B, ldb, C, ldc, acc);
         return;
     }
     switch (mr) {
+#if FAVOR__MR > 6
+        FAVOR__TILE_CASE(12);
+        FAVOR__TILE_CASE(11);
+        FAVOR__TILE_CASE(10);
+        FAVOR__TILE_CASE(9);
+        FAVOR__TILE_CASE(8);
+        FAVOR__TILE_CASE(7);
+#endif
         FAVOR__TILE_CASE(6);
         FAVOR__TILE_CASE(5);
         FAVOR__TILE_CASE(4);
@@ -1587,13 +1766,22 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
         if (mr <= 2) { /* one or two rows: wider tiles, or too few chains hide the latency */
             size_t nw = FAVOR__NV1 / mr;
             for (; j + nw * FAVOR__W <= N; j += nw * FAVOR__W)
-                favor__gemm_tile(mr, nw, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+                favor__gemm_tile(mr, nw, FAVOR__W, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+            if (mr == 1 && j + nw / 2 * FAVOR__W <= N) {
+                favor__gemm_tile(1, nw / 2, FAVOR__W, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc,
+                                 acc);
+                j += nw / 2 * FAVOR__W;
+            }
         }
         for (; j + 2 * FAVOR__W <= N; j += 2 * FAVOR__W)
-            favor__gemm_tile(mr, 2, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+            favor__gemm_tile(mr, 2, FAVOR__W, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
         for (; j + FAVOR__W <= N; j += FAVOR__W)
-            favor__gemm_tile(mr, 1, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
-        for (; j < N; ++j) /* columns left over from the vector width */
+            favor__gemm_tile(mr, 1, FAVOR__W, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+        if (FAVOR__MASKED && j < N) { /* the columns left over, one masked vector */
+            favor__gemm_tile(mr, 1, N - j, K, Ai, lda, csa, B + j, ldb, Ci + j, ldc, acc);
+            j = N;
+        }
+        for (; j < N; ++j) /* columns left over from the vector width (same FMAs) */
             for (r = 0; r < mr; ++r) {
                 float t = acc ? Ci[r * ldc + j] : 0.0f;
                 for (k = 0; k < K; ++k) t = favor__s_fma(Ai[r * lda + k * csa], B[k * ldb + j], t);
@@ -1606,8 +1794,11 @@ static void favor__gemm(size_t M, size_t N, size_t K, const float *A, size_t lda
  * (A as in favor__gemm) where row i of C takes only the terms j < hi(i)
  * (lower) or j >= lo(i) (upper), the bound being clamp(base + i, 0, K). Each
  * block of MR rows multiplies the terms all its rows take in register tiles and
- * the rest term by term, so a row never multiplies a term it does not take: a
- * NaN or inf there (a later token's) cannot reach it through a zero weight. */
+ * the rest row by row (a one-row product over that row's own terms, its C row
+ * held in registers: the same FMAs in the same order as term-by-term axpys, which
+ * reloaded and stored C once per term), so a row never multiplies a term it does
+ * not take: a NaN or inf there (a later token's) cannot reach it through a zero
+ * weight. */
 static size_t favor__stair(ptrdiff_t base, size_t i, size_t K)
 {
     ptrdiff_t b = base + (ptrdiff_t)i;
@@ -1618,7 +1809,7 @@ static void favor__gemm_stair(size_t M, size_t N, size_t K, int upper, ptrdiff_t
                               const float *A, size_t lda, size_t csa, const float *B,
                               size_t ldb, float *C, size_t ldc)
 {
-    size_t i0, i, j;
+    size_t i0, i;
     for (i0 = 0; i0 < M; i0 += FAVOR__MR) {
         size_t mr = M - i0 < FAVOR__MR ? M - i0 : FAVOR__MR;
         /* the terms every row of the block takes: [0, common) or [common, K) */
@@ -1631,7 +1822,9 @@ static void favor__gemm_stair(size_t M, size_t N, size_t K, int upper, ptrdiff_t
         for (i = i0; i < i0 + mr; ++i) {
             size_t lo = upper ? favor__stair(base, i, K) : common;
             size_t hi = upper ? common : favor__stair(base, i, K);
-            for (j = lo; j < hi; ++j) favor__axpy(C + i * ldc, A[i * lda + j * csa], B + j * ldb, N);
+            if (hi > lo) /* one row: its C stays in registers over the terms */
+                favor__gemm(1, N, hi - lo, A + i * lda + lo * csa, lda, csa, B + lo * ldb, ldb,
+                            C + i * ldc, ldc, 1);
         }
     }
 }
@@ -1751,6 +1944,10 @@ FAVOR__DEFINE_DOTS(_bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
         size_t c = 0, j;                                                                         \
         for (; c + FAVOR__NV1 * FAVOR__W <= dv; c += FAVOR__NV1 * FAVOR__W)                      \
             favor__pv_block##T(FAVOR__NV1, C + c, p, nb, V + c, ldv);                            \
+        if (c + FAVOR__NV1 / 2 * FAVOR__W <= dv) { /* AVX-512, d_v = 64: 4 chains, not 2 */      \
+            favor__pv_block##T(FAVOR__NV1 / 2, C + c, p, nb, V + c, ldv);                        \
+            c += FAVOR__NV1 / 2 * FAVOR__W;                                                      \
+        }                                                                                        \
         for (; c + 2 * FAVOR__W <= dv; c += 2 * FAVOR__W)                                        \
             favor__pv_block##T(2, C + c, p, nb, V + c, ldv);                                     \
         for (; c + FAVOR__W <= dv; c += FAVOR__W) favor__pv_block##T(1, C + c, p, nb, V + c, ldv); \
@@ -2868,7 +3065,9 @@ FAVOR_API const char *favor_status_string(favor_status s)
 
 FAVOR_API const char *favor_backend(void)
 {
-#if FAVOR_SIMD == FAVOR_AVX2
+#if FAVOR_SIMD == FAVOR_AVX512
+    return "avx512";
+#elif FAVOR_SIMD == FAVOR_AVX2
     return "avx2";
 #elif FAVOR_SIMD == FAVOR_NEON
     return "neon";

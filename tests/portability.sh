@@ -2,12 +2,15 @@
 # The portability matrix (run by .ci/run; each job can be run alone):
 #
 #   sh tests/portability.sh opt        gcc and clang at -O0, -O2, -O3, -Werror: build;
-#                                      ctest at gcc -O0, gcc -O3 and clang -O3
+#                                      ctest at gcc -O0, gcc -O3 and clang -O3; scalar
+#                                      and one SIMD variant (tests/simd_variant.sh)
 #   sh tests/portability.sh pedantic   the header alone, -std=c99 -pedantic -Werror
 #                                      -Wall -Wextra, gcc and clang, every x86 backend
+#                                      (AVX-512 too, on any CPU: compile only)
 #   sh tests/portability.sh cxx        the header as C++11 (g++, clang++, -Werror):
 #                                      tests/cxx/cxx_smoke.cpp, scalar and AVX2, run
-#   sh tests/portability.sh m32        32-bit x86 (gcc -m32): build, ctest (scalar, AVX2)
+#   sh tests/portability.sh m32        32-bit x86 (gcc -m32): build, ctest (scalar, AVX2;
+#                                      no AVX-512 variant)
 #   sh tests/portability.sh cortex-m4  arm-none-eabi-gcc, Cortex-M4 hard float, scalar,
 #                                      FAVOR_NO_MALLOC: compile, link, report code size
 #
@@ -22,13 +25,17 @@ jobs=${FAVOR_JOBS:-2}
 out=build/portability
 mkdir -p "$out"
 
+. tests/simd_variant.sh
+
 job_opt() {
     for cc in gcc clang; do
         for opt in O0 O2 O3; do
             echo "== $cc -$opt -Werror: build (and test)"
             dir=$out/$cc-$opt
+            # shellcheck disable=SC2046
             CC=$cc cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release \
-                "-DCMAKE_C_FLAGS_RELEASE=-$opt" -DFAVOR_WERROR=ON -DFAVOR_BUILD_BENCH=OFF >/dev/null
+                "-DCMAKE_C_FLAGS_RELEASE=-$opt" -DFAVOR_WERROR=ON -DFAVOR_BUILD_BENCH=OFF \
+                $(favor_simd_variant_options) >/dev/null
             cmake --build "$dir" -j"$jobs" >/dev/null
             # Every level is built with -Werror; the suite runs at gcc -O0, gcc -O3
             # and clang -O3 (the README step runs it at gcc -O2, the CMakeLists'
@@ -54,7 +61,8 @@ job_pedantic() {
     printf '#define FAVOR_IMPLEMENTATION\n#include "favor.h"\n' > "$out/impl.c"
     for cc in gcc clang; do
         for std in c99 c11; do
-            for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma" "-DFAVOR_STATIC -mavx2 -mfma -mf16c"; do
+            for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma" "-DFAVOR_STATIC -mavx2 -mfma -mf16c" \
+                "-mavx512f -mfma" "-DFAVOR_STATIC -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma"; do
                 echo "== $cc -std=$std -pedantic -Werror -Wall -Wextra $backend"
                 # shellcheck disable=SC2086
                 $cc -std=$std -pedantic -Werror -Wall -Wextra -Wshadow -Wstrict-prototypes \
@@ -99,7 +107,7 @@ job_m32() {
         echo "m32: this kernel does not run i386 binaries: the tests run under $emulator"
     fi
     CC=gcc cmake -S . -B "$dir" -DCMAKE_TOOLCHAIN_FILE=cmake/i386-m32.cmake \
-        -DFAVOR_WERROR=ON -DFAVOR_BUILD_BENCH=OFF ${emulator:+"-DCMAKE_CROSSCOMPILING_EMULATOR=$emulator"}
+        -DFAVOR_WERROR=ON -DFAVOR_BUILD_BENCH=OFF -DFAVOR_TEST_AVX512=OFF ${emulator:+"-DCMAKE_CROSSCOMPILING_EMULATOR=$emulator"}
     cmake --build "$dir" -j"$jobs"
     file "$dir/test_softmax_scalar" 2>/dev/null || true
     # the AVX2 variant is dropped when its configure-time probe cannot run: not here

@@ -1,13 +1,15 @@
 #!/bin/sh
 # Build and run the whole test suite on every backend this machine can run:
-#   build/          native: forced scalar, and AVX2+FMA where the CPU has it
+#   build/          native: forced scalar, AVX2+FMA where the CPU has it, and
+#                   AVX-512 (run where the CPU has AVX-512F, else built only:
+#                   one skipped test, avx512_built_not_run, says so)
 #   build-aarch64/  cross-compiled for AArch64: NEON and forced scalar, run under qemu
 # Prerequisites: see README.md. Usage: sh tests/run_all.sh
 set -eu
 cd "$(dirname "$0")/.."
 jobs=${FAVOR_JOBS:-2}
 
-echo "== native build (scalar + SIMD backend of this CPU)"
+echo "== native build (scalar + the SIMD backends of this CPU)"
 cmake -S . -B build
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"

@@ -2,7 +2,7 @@
  *
  * Build (see run.sh and README.md in this directory):
  *     clang -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
- *           -Iinclude [-mavx2 -mfma | -DFAVOR_NO_SIMD] tests/fuzz/favor_fuzz.c -lm
+ *           -Iinclude [-mavx512f -mfma | -mavx2 -mfma | -DFAVOR_NO_SIMD] tests/fuzz/favor_fuzz.c -lm
  * or, without libFuzzer, with tests/fuzz/replay_main.c (gcc, valgrind, ...).
  *
  * One input is one scenario. Its first byte picks the operation (bits 0-2), the
@@ -2935,6 +2935,8 @@ static void op_misc(fz_rd *r, unsigned hflags)
     ctx("misc ");
 #if defined(FAVOR_NO_SIMD)
     if (strcmp(be, "scalar")) FZ_FAIL("favor_backend() = %s under FAVOR_NO_SIMD", be);
+#elif defined(__AVX512F__) && defined(__FMA__)
+    if (strcmp(be, "avx512")) FZ_FAIL("favor_backend() = %s with AVX-512F+FMA", be);
 #elif defined(__AVX2__) && defined(__FMA__)
     if (strcmp(be, "avx2")) FZ_FAIL("favor_backend() = %s with AVX2+FMA", be);
 #endif

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Build the libFuzzer harness tests/fuzz/favor_fuzz.c (clang, ASan + UBSan) in two
-# variants, AVX2+FMA and scalar (-DFAVOR_NO_SIMD), and fuzz each for FUZZ_SECONDS
-# on a copy of the committed seed corpus (the repository is never written).
+# variants, the widest SIMD backend this CPU runs (AVX-512 where /proc/cpuinfo
+# lists avx512f, else AVX2+FMA) and scalar (-DFAVOR_NO_SIMD), and fuzz each for
+# FUZZ_SECONDS on a copy of the committed seed corpus (the repository is never
+# written). Its differential checks (I7, I12: workspace kinds, 16-bit against
+# fp32 copies) run within each build, so they cover the backend it was built for.
 #
 #   sh tests/fuzz/run.sh                     # 30 s per variant
 #   FUZZ_SECONDS=600 sh tests/fuzz/run.sh    # longer
@@ -9,7 +12,8 @@
 # Environment:
 #   FUZZ_SECONDS      seconds per variant (default 30)
 #   FAVOR_FUZZ_BUILD  build and work directory (default /tmp/favor-fuzz)
-#   FUZZ_VARIANTS     which variants (default "avx2 scalar")
+#   FUZZ_VARIANTS     which variants, of avx512, avx2 and scalar (default
+#                     "avx512 scalar" on an AVX-512 CPU, else "avx2 scalar")
 #   CC                the compiler (default clang; must support -fsanitize=fuzzer)
 #   FAVOR_INCLUDE     the directory holding favor.h (default: include/ of this tree)
 #   FUZZ_FLAGS        extra libFuzzer flags (e.g. "-jobs=2 -workers=2")
@@ -25,7 +29,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${FAVOR_FUZZ_BUILD:-/tmp/favor-fuzz}
 seconds=${FUZZ_SECONDS:-30}
-variants=${FUZZ_VARIANTS:-"avx2 scalar"}
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+    variants=${FUZZ_VARIANTS:-"avx512 scalar"}
+else
+    variants=${FUZZ_VARIANTS:-"avx2 scalar"}
+fi
 cc=${CC:-clang}
 max_len=4096
 inc=${FAVOR_INCLUDE:-$root/include}
@@ -58,8 +66,13 @@ for v in $variants; do
         grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo 2>/dev/null ||
             die "this CPU has no AVX2+FMA: set FUZZ_VARIANTS=scalar to fuzz the scalar build only"
         ;;
+    avx512)
+        vflags="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mf16c"
+        grep -qw avx512f /proc/cpuinfo 2>/dev/null ||
+            die "this CPU has no AVX-512F: set FUZZ_VARIANTS=\"avx2 scalar\""
+        ;;
     scalar) vflags="-DFAVOR_NO_SIMD" ;;
-    *) die "unknown variant '$v' (avx2 or scalar)" ;;
+    *) die "unknown variant '$v' (avx512, avx2 or scalar)" ;;
     esac
     bin="$build/favor_fuzz_$v"
     echo "== build $v: $cc $cflags $vflags"

@@ -7,7 +7,7 @@
 #    by TSan (exit code 66), or TSan is not working and the run means nothing.
 # 2. concurrent.c built with clang -fsanitize=thread -g -O1, once with the
 #    scalar backend and once with the SIMD backend of this machine
-#    (-march=native), and run with TSAN_OPTIONS=halt_on_error=1: it must exit 0
+#    (-march=native: AVX-512 where the CPU has it, else AVX2), and run with TSAN_OPTIONS=halt_on_error=1: it must exit 0
 #    and TSan must print nothing.
 # No OpenMP here: libgomp is not built with TSan instrumentation and its
 # internal synchronization shows up as false-positive races, so favor.h is
