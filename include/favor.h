@@ -941,6 +941,8 @@ typedef __m512i favor__vu;
 #define favor__v_asfloat(x) _mm512_castsi512_ps(x)
 #define favor__v_iadd(a, b) _mm512_add_epi32((a), (b))
 #define favor__v_isub(a, b) _mm512_sub_epi32((a), (b))
+#define favor__v_iand(a, b) _mm512_and_si512((a), (b))
+#define favor__v_ior(a, b) _mm512_or_si512((a), (b))
 #define favor__v_iset1(a) _mm512_set1_epi32((int)(a))
 #define favor__v_srli(a, n) _mm512_srli_epi32((a), (n))
 #define favor__v_slli(a, n) _mm512_slli_epi32((a), (n))
