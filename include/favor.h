@@ -2605,7 +2605,8 @@ static favor_status favor__check_features(const favor_features *f, const favor__
 /* The q, k, v, out quartet of an attention call: shapes and aliasing. */
 typedef struct {
     favor__range q, k, v, o;
-    favor__range other[6]; /* W, W^T, the state, out, dout, lse: never written over */
+    favor__range other[10]; /* W, W^T, the state, out, dout, lse, the mask, slopes,
+                               sinks, dsinks: never written over */
     favor__range grad[3];  /* the gradients of a backward call (outputs too) */
     int nother, ngrad;
     size_t hq, hkv, n, nk, d, dv;
@@ -2833,6 +2834,20 @@ static favor_status favor__check_mods(const favor_options *o, const favor_tensor
     for (h = 0; o->sinks && h < heads; ++h)
         if (!(o->sinks[h] <= FLT_MAX) && o->sinks[h] != -INFINITY)
             return favor__no(&w, FAVOR_E_ARG, "opts.sinks[%z] is NaN or +inf", h);
+    for (h = 0; h < 2; ++h) { /* the slopes and sinks: inputs no output may overlap */
+        const float *a = h ? o->sinks : o->alibi;
+        if (!a) continue;
+        if (!favor__mul_ok(heads, sizeof(float), &bytes) || (uintptr_t)a > UINTPTR_MAX - bytes)
+            return favor__no(&w, FAVOR_E_OVERFLOW, "%s: %z floats pass the end of the address "
+                                                   "space", h ? "opts.sinks" : "opts.alibi", heads);
+        r = favor__range_of(a, bytes);
+        if (favor__overlap(r, sh->o) || (sh->ngrad && (favor__overlap(r, sh->grad[0]) ||
+                                                       favor__overlap(r, sh->grad[1]) ||
+                                                       favor__overlap(r, sh->grad[2]))))
+            return favor__no(&w, FAVOR_E_ALIAS, "an output overlaps %s",
+                             h ? "opts.sinks" : "opts.alibi");
+        sh->other[sh->nother++] = r;
+    }
     if (!grad || !o->dsinks) return FAVOR_OK;
     if (!o->sinks) return favor__no(&w, FAVOR_E_ARG, "opts.dsinks is given without opts.sinks");
     if (!favor__mul_ok(heads, sizeof(float), &bytes) ||
@@ -2840,13 +2855,14 @@ static favor_status favor__check_mods(const favor_options *o, const favor_tensor
         return favor__no(&w, FAVOR_E_OVERFLOW, "opts.dsinks: %z floats pass the end of the "
                                                "address space", heads);
     r = favor__range_of(o->dsinks, bytes);
-    if (favor__overlaps_any(sh, r, 1) ||
-        favor__overlap(r, favor__range_of(o->sinks, bytes)) ||
-        (o->alibi && favor__overlap(r, favor__range_of(o->alibi, bytes))))
+    if (favor__overlap(r, favor__range_of(o->sinks, bytes)) ||
+        (o->alibi && favor__overlap(r, favor__range_of(o->alibi, bytes))) ||
+        favor__overlaps_any(sh, r, 1))
         return favor__no(&w, FAVOR_E_ALIAS, "opts.dsinks overlaps %s",
-                         favor__overlaps_any(sh, r, 1) ? "a tensor of the call"
-                         : favor__overlap(r, favor__range_of(o->sinks, bytes)) ? "opts.sinks"
-                                                                              : "opts.alibi");
+                         favor__overlap(r, favor__range_of(o->sinks, bytes)) ? "opts.sinks"
+                         : o->alibi && favor__overlap(r, favor__range_of(o->alibi, bytes))
+                             ? "opts.alibi"
+                             : "a tensor of the call");
     sh->other[sh->nother++] = r;
     return FAVOR_OK;
 }

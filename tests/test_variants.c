@@ -932,7 +932,7 @@ static void test_validation(void **state)
         { 3, "opts.alibi[1]" }, { 4, "opts.alibi[1]" }, { 5, "opts.sinks[1]" },
         { 6, "opts.sinks[1]" }, { 7, "opts.dsinks is given without" },
         { 8, "opts.dsinks overlaps" }, { 9, "opts.dsinks overlaps opts.sinks" },
-        { 10, "flags" },
+        { 10, "flags" }, { 11, "overlaps opts.alibi" }, { 12, "overlaps opts.sinks" },
     };
     (void)state;
     prob_make(&p, c, 5);
@@ -961,6 +961,8 @@ static void test_validation(void **state)
             case 8: o.dsinks = p.dq + 3; break;
             case 9: o.dsinks = (float *)p.sinks + 1; break;
             case 10: o.flags |= 8u; break;
+            case 11: o.alibi = bwd ? p.dq + 5 : p.o + 5; break; /* an output over the slopes */
+            case 12: o.alibi = NULL; o.sinks = bwd ? p.dk : p.o; break;
             }
             if (bwd)
                 s = favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ, &p.DK,
@@ -968,7 +970,7 @@ static void test_validation(void **state)
             else
                 s = favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o);
             printf("%s %-2d: %s\n", bwd ? "backward" : "forward ", w, err);
-            assert_int_equal(s, w == 8 || w == 9 ? FAVOR_E_ALIAS : FAVOR_E_ARG);
+            assert_int_equal(s, w == 8 || w == 9 || w >= 11 ? FAVOR_E_ALIAS : FAVOR_E_ARG);
             assert_non_null(strstr(err, bads[i].text));
             assert_memory_equal(p.o, snap, no * 4);
         }
