@@ -1929,6 +1929,12 @@ static void add_sv_ranges(fz_ocfg *oc, size_t hq, int grad)
         }
     }
     if (oc->mask && !oc->mask->present) oc->mask->used = 0; /* a NULL mask: none */
+    if (!oc->use_opts) { /* opts NULL: the call sees none of them (they must stay untouched) */
+        if (oc->mask) oc->mask->used = 0;
+        if (oc->alibi) oc->alibi->used = 0;
+        if (oc->sinks) oc->sinks->used = 0;
+        if (oc->dsinks) oc->dsinks->used = 0;
+    }
 }
 
 /* slope h of H (alibi mode am) */
