@@ -2092,7 +2092,7 @@ static void verdict_sv(fz_verdict *vd, fz_ocfg *oc, const fz_view *q, const fz_v
     const favor_options *o = &oc->o;
     int fail = 0;
     const char *why = NULL;
-    if (!oc->use_opts || !g_sv_ext) return;
+    if (!oc->use_opts) return; /* (without the extension, a FAVOR_WINDOW flag may still be set) */
     bind_sv(oc);
     if (q->mem_ok && k->mem_ok && !seqs_valid(oc, q->t.rows, k->t.rows)) { fail = 1; why = "bad sequence offsets"; }
     if (o->seqs && (!o->seq_q || o->seqs == SIZE_MAX)) { fail = 1; why = "seq_q NULL or seqs SIZE_MAX"; }

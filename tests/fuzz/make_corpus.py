@@ -544,6 +544,16 @@ def variant_seeds():
     s["sv-state-extend"] = (bytes([5 | SV, 1]) + shape(2, 2, 1, 1, 6, 4) + fcfg("positive", 8) + bytes([0, 3]) +
                             step(0, 9, sv(("seqs",), seqs=2), bytes([4, 4])) + step(0, 9, sv(("window",), wl=2)) +
                             step(5, None, sv(("mask",)), P) + step(0, 9, sv()))
+    # harness regressions the fuzzer found (as it wrote them): variant buffers
+    # with opts NULL (not the call's: no overlap verdict), and FAVOR_WINDOW from
+    # the flag byte of an input without the extension on favor_linear_extend
+    s["sv-smb-opts-null"] = bytes.fromhex(
+        "210304bcbc0707ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"
+        "ffffffffffffffffffffffffffffffffffffffffffffffff0000000000000100070808420000000000000000"
+        "000000000000000000000000090000000000000000000000000000000000")
+    s["sv-state-window-flag"] = bytes.fromhex(
+        "0501050000050301070001000000030000080100000000000000000000000000000000000000000000000000"
+        "00fa00000000c10100000001000000000000000000000000000000000000000700")
     return s
 
 
