@@ -6,8 +6,8 @@
  * or, without libFuzzer, with tests/fuzz/replay_main.c (gcc, valgrind, ...).
  *
  * One input is one scenario. Its first byte picks the operation (bits 0-2), the
- * element-type extension (bit 3) and the batch extension (bit 4; bits 5-7 are
- * ignored):
+ * element-type extension (bit 3), the batch extension (bit 4) and the variant
+ * extension (bit 5; bits 6-7 are ignored):
  *     0 favor_softmax_attention (+_workspace)
  *     1 favor_softmax_attention_backward (+_workspace)
  *     2 favor_linear_attention (+_workspace)
@@ -48,8 +48,27 @@
  * Without the bit every batch is 0, so older inputs decode exactly as before. A
  * batched view is, as in the library, batch x heads "flat" heads (b outer): every
  * loop, message ("out[h][r][c]": h counts flat heads), lse ([batch][heads_q][n])
- * and state size of the harness uses them. The rest of the input is the value
- * payload; when it runs out a PRNG continues. A 16-bit tensor's values are drawn
+ * and state size of the harness uses them. With the variant bit set, the options
+ * take 10 more bytes after their 8 (dec_ocfg): which of FAVOR_WINDOW, softcap,
+ * alibi, sinks, dsinks, mask, seqs are on, the window's two sides (dec_win:
+ * 0..47, around 64, negative = unbounded, huge), the softcap (dec_cap: 0.25..48,
+ * then NaN, -1, +-inf, -0, FLT_MIN, denormals, FLT_MAX, ...), the modes of alibi
+ * and sinks (values: typical, 0, negative, 1e4, one NaN, one inf, FLT_MAX, tiny /
+ * 0, random, -inf, alternating -inf, NaN, +inf, +-1e4, FLT_MAX; placement: own
+ * buffer of exactly heads_q floats, over the bytes of another view (q, out, lse,
+ * the mask, W, ...), or alibi over sinks), of dsinks (own buffer, over a view,
+ * over sinks, alibi or the mask, or past the end of the address space), of the
+ * mask (1 or heads_q heads; values: the payload, 0, random -inf, documents,
+ * rows of -inf, all -inf, +inf or NaN at random) and of the sequences (count
+ * 0..4; valid, seq_k NULL, out of order, wrong ends, seq_q NULL, SIZE_MAX, q's
+ * offsets for k), and a parameter. Every entry point taking options decodes
+ * them (favor_linear_step takes none: its bytes are read, their buffers unused).
+ * The mask is a tensor view after the call's tensors (its layout, dtype and batch
+ * bytes as any view's: aliased onto another view, NULL tensor = no mask, off by
+ * one, ...), then count - 1 bytes of query cuts and count - 1 of key cuts. Without
+ * the bit nothing more is read and every variant is off (the flag byte's
+ * FAVOR_WINDOW, once an unknown flag, is then a window of sides 0). The rest of
+ * the input is the value payload; when it runs out a PRNG continues. A 16-bit tensor's values are drawn
  * as floats and rounded to its type (raw bit patterns: 16 raw bits).
  *
  * Every buffer a call can see is a separate malloc of exactly the bytes its views
@@ -65,19 +84,31 @@
  *       by pointer) bit-identical.
  *   I3  a call returning FAVOR_OK changes nothing but its outputs (and the
  *       workspace), writes every output element, and zeroes the query rows that see
- *       no key.
+ *       no key: by the rules (causal, window, packed sequences: vis_row, the
+ *       library's documented rule) always, and under I4 the rows whose every key a
+ *       mask of finite and -inf values hides; their lse is -inf, or the head's sink
+ *       logit exactly when it has one.
  *   I4  finite in -> finite out: when every input float is finite and at most 1e4 in
  *       magnitude, the scale is the default or in (0, 1e4], W is finite, a softmax
  *       backward's lse is NULL or the forward's, and the map role is not
  *       FAVOR_PLAIN (which "may overflow"), every output float of a FAVOR_OK call
  *       is finite (lse may be -inf for a row that sees no key, as documented).
+ *       Variants: the mask and sinks may also hold -inf (a NaN or +inf in the mask,
+ *       a slope or sink above 1e4 drop the promise), any accepted softcap keeps it;
+ *       dsinks is an output like the others.
  *   I5  a call given exactly favor_*_workspace() bytes never returns
  *       FAVOR_E_WORKSPACE; a call given a workspace never calls FAVOR_MALLOC.
  *   I6  a call that is certainly invalid (NULL, zero size, rows that overlap,
  *       batch elements that overlap, sizes that overflow (batch x heads included),
  *       mismatched shapes or batches, an output sharing an element with
  *       another buffer of the call, bad options/features/role, a workspace smaller
- *       than the query, FAVOR_MALLOC failing) does not return FAVOR_OK; a call that
+ *       than the query, FAVOR_MALLOC failing; variants: a NaN/negative/inf softcap,
+ *       a non-finite slope, a NaN or +inf sink, dsinks without sinks, past the address
+ *       space or sharing a byte with a tensor, lse, the mask, sinks or alibi; a mask
+ *       of the wrong rows, cols, heads, batch or dtype, or under an output; bad
+ *       sequence offsets; any score variant (window flag, softcap, alibi, sinks,
+ *       dsinks, mask) on linear attention, seqs on favor_linear_extend) does not
+ *       return FAVOR_OK; a call that
  *       is certainly valid (every tensor laid out by the library's documented rule,
  *       over its rows, heads and batch, no output's byte span meeting another's
  *       except column blocks of one buffer with the same row and batch strides,
@@ -91,8 +122,10 @@
  *       the range of the visible values, within the documented accuracy.
  *   I9  features: W finite, W^T its transpose, orthogonal blocks, regular norms,
  *       redraw with the same seed bit-identical; state init/reset contents.
- *   I10 causal forward calls (flag 4): keys and values a row cannot see (replaced
- *       by other values, NaN and inf included with flag 0x80) do not change it.
+ *   I10 forward calls whose rules hide keys (causal, a window, packed sequences;
+ *       flag 4): keys and values from a cut on, replaced by other values (NaN and
+ *       inf included with flag 0x80), do not change the rows whose keys all lie
+ *       before the cut.
  *   I11 element types: a tensor whose dtype is outside the enum makes the call
  *       return FAVOR_E_ARG (or FAVOR_E_NULL, _SHAPE, _OVERFLOW, but only when a check
  *       the library makes first, in its order, may fail: a NULL pointer, the
@@ -105,8 +138,13 @@
  *       bit, and its fp32 outputs, lse and state (S, z, c, the compensation, the
  *       pending block) are bit-identical (a NaN matches any NaN). Under I4 a 16-bit
  *       output is never NaN, nor inf unless it is fp16 (overflow: I12 decides).
+ *   I13 backward calls: a key no row can see by the rules has zero dk and dv (always
+ *       for the keys of a packed sequence without rows; under I4 for the others).
  * A known bug can be masked with a FINDING-n guard so fuzzing goes on (see
- * FINDINGS.md); there is none at present. A backward call with fp32 q, k, v and
+ * FINDINGS.md): FINDING-8 (alibi and sinks over an output's bytes are accepted:
+ * such calls may go either way, get no value checks, no repeat or fp32 twin; the
+ * workspace is never placed over them) and FINDING-9 (the workspace queries are
+ * not asked with a NULL seq_q or seqs = SIZE_MAX: fz_query_skip). A backward call with fp32 q, k, v and
  * a 16-bit out, dout or gradient queries its workspace with a 16-bit view in
  * place of q, as the manual says (WORKSPACE; FINDING-5). */
 #include <float.h>
@@ -388,9 +426,11 @@ typedef struct {
     unsigned bm;       /* batch stride byte (mode: bits 0-2, parameter above) */
     int bgroup;        /* the batch stride is its fused group's             */
     int topaddr;       /* data near the top of the address space            */
+    int kind;          /* a score-variant buffer (K_MASK, ...) or K_TENSOR  */
 } fz_view;
+enum { K_TENSOR = 0, K_MASK, K_ALIBI, K_SINKS, K_DSINKS };
 
-#define FZ_MAXV 16
+#define FZ_MAXV 24
 #define FZ_MAXB 32
 static fz_view g_v[FZ_MAXV];
 static int g_nv;
@@ -1106,6 +1146,7 @@ static void set_promises(void)
             for (rr = 0; rr < v->t.rows; ++rr)
                 for (c = 0; c < v->t.cols; ++c) {
                     float x = VGET(v, h, rr, c);
+                    if ((v->kind == K_MASK || v->kind == K_SINKS) && x == -INFINITY) continue;
                     if (!(fabsf(x) <= 1e4f)) v->inprom = 0;
                     if (!(fabsf(x) <= 4.0f)) v->nice = 0;
                 }
@@ -1121,12 +1162,15 @@ static int harmful_role(int role) { return role == R_OUT || role == R_STATE || r
 static void mark_elems(const fz_view *v, int *owner, int id, int *hit, int check_only)
 {
     size_t h, r, c, u;
+    /* alibi and sinks: only dsinks is checked against them (FINDING-8) */
+    int only_dsinks = v->kind == K_ALIBI || v->kind == K_SINKS;
     for (h = 0; h < vheads(v); ++h)
         for (r = 0; r < v->t.rows; ++r)
             for (c = 0; c < v->t.cols; ++c)
                 for (u = 0; u < v->es / UNIT; ++u) {
                     size_t at = elem_unit(v, h, r, c) + u;
-                    if (owner[at] >= 0 && owner[at] != id) *hit = 1;
+                    if (owner[at] >= 0 && owner[at] != id && (!only_dsinks || g_v[owner[at]].kind == K_DSINKS))
+                        *hit = 1;
                     if (!check_only) owner[at] = id;
                 }
 }
@@ -1446,7 +1490,39 @@ typedef struct {
     int malloc_fail;
     int lse_mode;
     unsigned lse_p;
+    /* score variants and packed sequences (bit 5 of the first byte) */
+    unsigned sv_on;          /* 1 window, 2 softcap, 4 alibi, 8 sinks, 16 dsinks, 32 mask, 64 seqs */
+    unsigned sv_b[10];       /* the variant bytes (see dec_sv) */
+    fz_view *mask, *alibi, *sinks, *dsinks;
+    size_t *seq_q, *seq_k;   /* exact-size copies (offsets), or NULL */
+    int dsinks_top;          /* dsinks near the top of the address space */
 } fz_ocfg;
+
+/* Score variants: bit 5 of the first byte (ignored before variants existed)
+ * makes dec_ocfg read 10 more bytes after its 8: which variants are on (bit 0
+ * FAVOR_WINDOW, 1 softcap, 2 alibi, 3 sinks, 4 dsinks, 5 mask, 6 seqs), the
+ * window's sides (set whether the flag is or not), the softcap, the modes of
+ * alibi, sinks, dsinks, the mask and the sequences, and a parameter of the
+ * sequences. Without the bit nothing is read, so older inputs decode as before. */
+static int g_sv_ext;
+static int g_sv_ptr_alias; /* FINDING-8: alibi or sinks share bytes with an output */
+static ptrdiff_t dec_win(unsigned b)
+{
+    static const ptrdiff_t tab[] = {PTRDIFF_MAX, PTRDIFF_MIN, PTRDIFF_MAX / 2, (ptrdiff_t)1 << 40,
+                                    79, 80, 81, 100};
+    if (b < 192) return (ptrdiff_t)(b % 48);
+    if (b < 224) return (ptrdiff_t)(60 + b % 8); /* around the 64-row blocks */
+    if (b < 248) return -(ptrdiff_t)(1 + b % 3); /* negative: unbounded */
+    return tab[b - 248];
+}
+static float dec_cap(unsigned b)
+{
+    static const float tab[] = {NAN, -1.0f, INFINITY, -INFINITY, -0.0f, FLT_MIN, 1e-45f, 1e-40f,
+                                FLT_MAX, 1e-20f, 1e30f, 0.0f, -FLT_MIN, 3e38f, 1e-3f, 65504.0f};
+    if (b < 160) return 0.25f + (float)b * 0.3f; /* 0.25 .. 48 */
+    if (b < 240) return (float)(1 + b % 50) * 0.5f;
+    return tab[b - 240];
+}
 
 static void dec_ocfg(fz_rd *r, fz_ocfg *c)
 {
@@ -1463,11 +1539,24 @@ static void dec_ocfg(fz_rd *r, fz_ocfg *c)
     c->ws_p = rd8(r);
     c->lse_mode = (int)(rd8(r) % 4);
     c->lse_p = rd8(r);
-    c->opt_ok = !c->use_opts || (!(c->o.flags & ~1u) && c->o.scale >= 0.0f &&
+    if (g_sv_ext) {
+        int i;
+        for (i = 0; i < 10; ++i) c->sv_b[i] = rd8(r);
+        c->sv_on = c->sv_b[0] & 0x7fu;
+        c->o.window_left = dec_win(c->sv_b[1]);
+        c->o.window_right = dec_win(c->sv_b[2]);
+        if (c->sv_on & 1u) c->o.flags |= FAVOR_WINDOW;
+        if (c->sv_on & 2u) c->o.softcap = dec_cap(c->sv_b[3]);
+    }
+    c->opt_ok = !c->use_opts || (!(c->o.flags & ~3u) && c->o.scale >= 0.0f &&
                                   c->o.scale <= FLT_MAX && c->o.threads >= 0);
     c->ws_buf = -1;
     ctx("opts{%s flags=%#x scale=%g threads=%d ws_mode=%d lse_mode=%d} ", c->use_opts ? "" : "NULL",
         c->o.flags, (double)c->o.scale, c->o.threads, c->ws_mode, c->lse_mode);
+    if (g_sv_ext)
+        ctx("variants{on=%#x window=%td,%td softcap=%g modes alibi=%u sinks=%u dsinks=%u mask=%u seqs=%u/%u} ",
+            c->sv_on, c->o.window_left, c->o.window_right, (double)c->o.softcap, c->sv_b[4], c->sv_b[5],
+            c->sv_b[6], c->sv_b[7], c->sv_b[8], c->sv_b[9]);
 }
 
 /* The workspace of a call from its query: modes 0 NULL (allocate), 1 exact,
@@ -1498,7 +1587,9 @@ static void setup_ws(fz_ocfg *c, size_t query)
     case 5: {
         int i, cand[FZ_MAXV], nc = 0;
         for (i = 0; i < g_nv; ++i)
-            if (g_v[i].used && g_v[i].mem_ok && g_v[i].buf >= 0) cand[nc++] = i;
+            if (g_v[i].used && g_v[i].mem_ok && g_v[i].buf >= 0 &&
+                g_v[i].kind != K_ALIBI && g_v[i].kind != K_SINKS) /* FINDING-8: would be written */
+                cand[nc++] = i;
         if (!nc || !query) { bytes = query; c->ws_exact = 1; break; }
         i = cand[c->ws_p % nc];
         c->o.workspace = g_v[i].t.data;
@@ -1726,6 +1817,324 @@ static void verdict_mismatch(fz_verdict *vd, int mismatch)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Score variants and packed sequences (bit 5 of the first byte)            */
+/* ------------------------------------------------------------------------ */
+/* The mask, after the call's tensors: a tensor view [batch][heads][n][n_k]
+ * (add_view: its layout, dtype and batch bytes as any tensor's) of 1 or heads_q
+ * heads (bit 0 of its mode byte); a NULL tensor pointer means no mask. Then the
+ * offsets of the packed sequences: count = mode % 5, kind = mode >> 3 & 7 (0-3
+ * valid, 4 seq_k NULL, 5 out of order, 6 a wrong first or last offset, 7 seq_q
+ * NULL, seqs SIZE_MAX or q's offsets for k), seq_k NULL also when bit 6 is set;
+ * count - 1 bytes of query cuts then (with seq_k) count - 1 bytes of key cuts,
+ * each byte % (rows + 1), sorted. */
+static size_t *dec_offsets(fz_rd *r, size_t count, size_t rows)
+{
+    size_t *p = (size_t *)fz_alloc((count + 1) * sizeof *p), i;
+    p[0] = 0;
+    for (i = 1; i < count; ++i) p[i] = rd8(r) % (rows + 1);
+    p[count] = rows;
+    if (count > 2) qsort(p + 1, count - 1, sizeof *p, cmp_size);
+    return p;
+}
+
+static void add_sv_views(fz_rd *r, fz_ocfg *oc, size_t hq, size_t n, size_t nk)
+{
+    unsigned qm = oc->sv_b[8], qp = oc->sv_b[9];
+    oc->mask = NULL;
+    oc->seq_q = oc->seq_k = NULL;
+    if (!g_sv_ext) return;
+    if (oc->sv_on & 32u) {
+        oc->mask = add_view(r, "mask", R_IN, (oc->sv_b[7] & 1) ? hq : 1, n, nk);
+        oc->mask->kind = K_MASK;
+    }
+    if (oc->sv_on & 64u) {
+        size_t count = qm % 5, kind = qm >> 3 & 7, cnt = count ? count : 1;
+        oc->o.seqs = count;
+        oc->seq_q = dec_offsets(r, cnt, n);
+        oc->seq_k = (kind == 4 || (qm & 64)) ? NULL : dec_offsets(r, cnt, nk);
+        switch (kind) {
+        case 5: if (cnt >= 1) { size_t t = oc->seq_q[0]; oc->seq_q[0] = oc->seq_q[cnt]; oc->seq_q[cnt] = t; }
+                if (cnt >= 2 && oc->seq_k) { size_t t = oc->seq_k[1]; oc->seq_k[1] = oc->seq_k[2]; oc->seq_k[2] = t; }
+                break;
+        case 6: if (qp & 1) oc->seq_q[cnt] += (qp & 2) ? 1 : (size_t)-1;
+                else if (oc->seq_k) oc->seq_k[qp & 2 ? 0 : cnt] += 1;
+                else oc->seq_q[0] = 1;
+                break;
+        case 7: if (qp % 3 == 0) oc->seq_q = NULL;
+                else if (qp % 3 == 1) oc->o.seqs = SIZE_MAX;
+                else oc->seq_k = oc->seq_q;
+                break;
+        default: break;
+        }
+        oc->o.seq_q = oc->seq_q;
+        oc->o.seq_k = oc->seq_k;
+        ctx("[seqs %zu:", oc->o.seqs);
+        {
+            size_t i;
+            for (i = 0; oc->seq_q && i <= cnt; ++i) ctx(" %zu", oc->seq_q[i]);
+            ctx(" |");
+            for (i = 0; oc->seq_k && i <= cnt; ++i) ctx(" %zu", oc->seq_k[i]);
+            ctx("%s] ", oc->seq_k ? "" : " NULL");
+        }
+    }
+}
+
+/* a view of `count` floats for alibi, sinks or dsinks: its own buffer, or
+ * (alias) the bytes of the par-th view holding enough, or of view `onto` */
+static fz_view *add_float_view(const char *name, int role, int kind, size_t count, int alias, unsigned par,
+                               const fz_view *onto)
+{
+    fz_view *v;
+    if (alias || onto) {
+        int i, cand[FZ_MAXV], nc = 0;
+        for (i = 0; i < g_nv; ++i)
+            if (g_v[i].mem_ok && g_v[i].buf >= 0 && view_units(&g_v[i]) >= 2 * count + g_v[i].off % 2 &&
+                (!onto || &g_v[i] == onto))
+                cand[nc++] = i;
+        if (nc) {
+            i = cand[par % nc];
+            v = add_range_view(name, role, g_v[i].buf, g_v[i].off + g_v[i].off % 2 + 2 * (par / 16 % 2), count);
+            if (v->off + 2 * count > g_b[v->buf].len) v->off = g_v[i].off + g_v[i].off % 2;
+            v->kind = kind;
+            ctx("[%s aliased onto %s] ", name, g_v[i].name);
+            return v;
+        }
+    }
+    v = add_range_view(name, role, new_buf(2 * count), 0, count);
+    alloc_buf(v->buf);
+    v->kind = kind;
+    return v;
+}
+
+/* After the layout (and lse): alibi, sinks, dsinks. hq: the floats of each
+ * (q's heads); grad: the call writes dsinks (softmax backward). */
+static void add_sv_ranges(fz_ocfg *oc, size_t hq, int grad)
+{
+    unsigned am = oc->sv_b[4], sm = oc->sv_b[5], dm = oc->sv_b[6];
+    oc->alibi = oc->sinks = oc->dsinks = NULL;
+    oc->dsinks_top = 0;
+    if (!g_sv_ext || !hq || hq > 64) return;
+    if (oc->sv_on & 8u) oc->sinks = add_float_view("sinks", R_IN, K_SINKS, hq, (sm >> 3 & 3) == 2, sm >> 5, NULL);
+    if (oc->sv_on & 4u)
+        oc->alibi = add_float_view("alibi", R_IN, K_ALIBI, hq, (am >> 3 & 3) == 2, am >> 5,
+                                   (am >> 3 & 3) == 3 ? oc->sinks : NULL);
+    if (oc->sv_on & 16u) {
+        const fz_view *onto = (dm & 7) == 4 ? oc->sinks : (dm & 7) == 5 ? oc->alibi : (dm & 7) == 7 ? oc->mask : NULL;
+        if ((dm & 7) == 6) {
+            oc->dsinks_top = 1; /* hq floats pass the end of the address space */
+        } else {
+            oc->dsinks = add_float_view("dsinks", R_OUT, K_DSINKS, hq, (dm & 7) == 3, dm >> 3, onto);
+            oc->dsinks->used = grad; /* the forward ignores it: never written */
+        }
+    }
+    if (oc->mask && !oc->mask->present) oc->mask->used = 0; /* a NULL mask: none */
+    if (!oc->use_opts) { /* opts NULL: the call sees none of them (they must stay untouched) */
+        if (oc->mask) oc->mask->used = 0;
+        if (oc->alibi) oc->alibi->used = 0;
+        if (oc->sinks) oc->sinks->used = 0;
+        if (oc->dsinks) oc->dsinks->used = 0;
+    }
+}
+
+/* slope h of H (alibi mode am) */
+static float alibi_value(unsigned am, size_t h, size_t H)
+{
+    switch (am & 7) {
+    case 1: return 0.0f;
+    case 2: return -0.5f * (float)(h + 1);
+    case 3: return 1e4f;
+    case 4: return h == (am >> 3) % H ? NAN : 0.25f;
+    case 5: return h == (am >> 3) % H ? ((am & 128) ? -INFINITY : INFINITY) : 0.5f;
+    case 6: return FLT_MAX;
+    case 7: return (h & 1) ? 1e-45f : FLT_MIN;
+    default: return (float)ldexp(1.0, -(int)(8 * (h + 1) / H));
+    }
+}
+
+/* sink logit h of H (sinks mode sm) */
+static float sink_value(fz_rd *r, unsigned sm, size_t h, size_t H)
+{
+    switch (sm & 7) {
+    case 1: return prng_unif(r, 2.0f);
+    case 2: return -INFINITY;
+    case 3: return (h & 1) ? -INFINITY : 1.0f;
+    case 4: return h == (sm >> 3) % H ? NAN : 0.5f;
+    case 5: return h == (sm >> 3) % H ? INFINITY : -1.0f;
+    case 6: return (h & 1) ? -1e4f : 1e4f;
+    case 7: return FLT_MAX;
+    default: return 0.0f;
+    }
+}
+
+/* values of alibi, sinks and the mask (after fill_views; then the promises again) */
+static void fill_sv(fz_rd *r, fz_ocfg *oc)
+{
+    size_t h;
+    int k;
+    if (!g_sv_ext) return;
+    for (k = 0; k < 2; ++k) {
+        const fz_view *v = k ? oc->sinks : oc->alibi;
+        size_t H = v ? v->t.cols : 0;
+        for (h = 0; v && v->mem_ok && h < H; ++h) {
+            float x = k ? sink_value(r, oc->sv_b[5], h, H) : alibi_value(oc->sv_b[4], h, H);
+            memcpy((float *)v->t.data + h, &x, 4);
+        }
+    }
+    if (oc->mask && oc->mask->mem_ok && oc->mask->used) {
+        fz_view *m = oc->mask;
+        unsigned mm = oc->sv_b[7], pat = mm >> 1 & 7;
+        size_t i, j, n = m->t.rows, nk = m->t.cols, L = 1 + (mm >> 4) % 8;
+        if (pat)
+            for (h = 0; h < vheads(m); ++h)
+                for (i = 0; i < n; ++i)
+                    for (j = 0; j < nk; ++j) {
+                        float x = prng_unif(r, 4.0f);
+                        uint64_t u = prng(r);
+                        switch (pat) {
+                        case 1: x = 0.0f; break;
+                        case 2: if ((u & 3) == 0) x = -INFINITY; break;
+                        case 3: /* documents of L positions (the rows bottom-right aligned) */
+                            x = (i + nk) / L == (j + n) / L ? 0.0f : -INFINITY;
+                            break;
+                        case 4: if ((i + h) % 3 == 0) x = -INFINITY; break;
+                        case 5: x = -INFINITY; break;
+                        case 6: if ((u & 15) == 0) x = INFINITY; else if ((u & 15) == 1) x = -INFINITY; break;
+                        default: if ((u & 15) == 0) x = NAN; else if ((u & 15) == 1) x = -INFINITY; break;
+                        }
+                        VSET(m, h, i, j, x);
+                    }
+    }
+    set_promises();
+}
+
+/* the options' pointers to the variant buffers (the views' structs, which the
+ * fp32 twin swaps) */
+static void bind_sv(fz_ocfg *oc)
+{
+    if (!g_sv_ext) return;
+    oc->o.mask = oc->mask && oc->mask->used ? &oc->mask->t : NULL;
+    oc->o.alibi = oc->alibi ? (const float *)oc->alibi->t.data : NULL;
+    oc->o.sinks = oc->sinks ? (const float *)oc->sinks->t.data : NULL;
+    /* dsinks_top: the last 4-byte aligned float of the address space (its heads_q
+     * floats pass the end; never NULL) */
+    oc->o.dsinks = oc->dsinks_top ? (float *)(uintptr_t)(UINTPTR_MAX - 3)
+                   : oc->dsinks ? (float *)oc->dsinks->t.data : NULL;
+}
+
+/* 1 when an alibi or sinks view shares a unit with an output of the call
+ * (FINDING-8: the library does not check it) */
+static int ptr_overlap(const fz_ocfg *oc)
+{
+    int i, j;
+    for (i = 0; i < g_nv; ++i) {
+        const fz_view *a = &g_v[i];
+        if (!a->used || !a->mem_ok || (a->kind != K_ALIBI && a->kind != K_SINKS)) continue;
+        if (a != oc->alibi && a != oc->sinks) continue;
+        for (j = 0; j < g_nv; ++j) {
+            const fz_view *b = &g_v[j];
+            if (!b->used || !b->mem_ok || !harmful_role(b->role) || b->buf != a->buf || b->kind == K_DSINKS) continue;
+            if (span_overlap(a, b)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* FINDING-9 guard: the workspace queries walk opts.seq_q and take views of
+ * opts.mask without checking either (a NULL seq_q is dereferenced, seqs =
+ * SIZE_MAX reads past the offsets, a mask with NULL data gets offsets); the
+ * harness skips the query (0) for those, which the call itself refuses */
+static int fz_query_skip(const fz_ocfg *oc)
+{
+#ifdef FZ_NO_GUARDS /* -DFZ_NO_GUARDS: see the findings again */
+    (void)oc;
+    return 0;
+#else
+    return oc->use_opts && ((oc->o.seqs && (!oc->o.seq_q || oc->o.seqs == SIZE_MAX)) ||
+                            (oc->o.mask && !oc->mask->mem_ok));
+#endif
+}
+
+/* the sequences the library sees are valid (rows of q and k as given) */
+static int seqs_valid(const fz_ocfg *oc, size_t n, size_t nk)
+{
+    const favor_options *o = &oc->o;
+    size_t s, i;
+    if (!o->seqs) return 1;
+    if (!o->seq_q || o->seqs == SIZE_MAX) return 0;
+    if (!o->seq_k && n != nk) return 0;
+    for (i = 0; i < 2; ++i) {
+        const size_t *p = i ? (o->seq_k ? o->seq_k : o->seq_q) : o->seq_q;
+        if (p[0] != 0 || p[o->seqs] != (i ? nk : n)) return 0;
+        for (s = 0; s < o->seqs; ++s)
+            if (p[s + 1] < p[s]) return 0;
+    }
+    return 1;
+}
+
+static int float_view_all(const fz_view *v, int want_finite_or_neg_inf, int want_finite)
+{
+    size_t h;
+    for (h = 0; v && v->mem_ok && h < v->t.cols; ++h) {
+        float x;
+        memcpy(&x, (const float *)v->t.data + h, 4);
+        if (want_finite && !isfinite(x)) return 0;
+        if (want_finite_or_neg_inf && !(x <= FLT_MAX) && x != -INFINITY) return 0;
+    }
+    return 1;
+}
+
+/* The verdict on the variants (after the values are in place). softmax: 1 for
+ * softmax attention, 0 for linear attention and its backward, 2 for
+ * favor_linear_extend (which refuses seqs too); grad: a backward call. */
+static void verdict_sv(fz_verdict *vd, fz_ocfg *oc, const fz_view *q, const fz_view *k, int softmax, int grad)
+{
+    const favor_options *o = &oc->o;
+    int fail = 0;
+    const char *why = NULL;
+    if (!oc->use_opts) return; /* (without the extension, a FAVOR_WINDOW flag may still be set) */
+    bind_sv(oc);
+    if (q->mem_ok && k->mem_ok && !seqs_valid(oc, q->t.rows, k->t.rows)) { fail = 1; why = "bad sequence offsets"; }
+    if (o->seqs && (!o->seq_q || o->seqs == SIZE_MAX)) { fail = 1; why = "seq_q NULL or seqs SIZE_MAX"; }
+    if (softmax != 1) {
+        if ((o->flags & FAVOR_WINDOW) || o->softcap != 0.0f || o->alibi || o->sinks || o->dsinks || o->mask) {
+            fail = 1;
+            why = "a score variant on linear attention";
+        }
+        if (softmax == 2 && o->seqs) { fail = 1; why = "favor_linear_extend with seqs"; }
+    } else {
+        const fz_view *m = oc->mask && oc->mask->used ? oc->mask : NULL;
+        if (m && m->mem_ok && q->mem_ok && k->mem_ok &&
+            (m->t.rows != q->t.rows || m->t.cols != k->t.rows || (m->t.heads != 1 && m->t.heads != q->t.heads) ||
+             (tnb(&m->t) != 1 && tnb(&m->t) != tnb(&q->t)))) {
+            fail = 1;
+            why = "mask shape";
+        }
+        if (m && !m->dt_valid) { fail = 1; why = "mask dtype outside the enum"; }
+        if (!(o->softcap >= 0.0f) || !(o->softcap <= FLT_MAX)) { fail = 1; why = "bad softcap"; }
+        if (o->alibi && !float_view_all(oc->alibi, 0, 1)) { fail = 1; why = "alibi not finite"; }
+        if (o->sinks && !float_view_all(oc->sinks, 1, 0)) { fail = 1; why = "sinks NaN or +inf"; }
+        if (grad && o->dsinks && !o->sinks) { fail = 1; why = "dsinks without sinks"; }
+        if (grad && oc->dsinks_top) { fail = 1; why = "dsinks past the address space"; }
+#ifdef FZ_NO_GUARDS
+        if (ptr_overlap(oc) && !vd->must_fail) {
+            vd->must_fail = 1;
+            vd->why_fail = "alibi or sinks under an output (FINDING-8)";
+        }
+#endif
+        if (ptr_overlap(oc)) { /* FINDING-8 guard: either way, and no value checks */
+            vd->should_ok = 0;
+            g_twin_block = 1;
+            g_sv_ptr_alias = 1;
+            ctx("[FINDING-8: alibi or sinks overlap an output] ");
+        }
+    }
+    if (fail && !vd->must_fail) {
+        vd->must_fail = 1;
+        vd->why_fail = why;
+    }
+}
+
 static void judge(const char *what, favor_status s, const fz_verdict *vd, const fz_ocfg *c)
 {
     if (verbose() && s == FAVOR_E_ALIAS && !vd->must_fail)
@@ -1801,18 +2210,106 @@ static int same_shape(const favor_tensor *a, const favor_tensor *b)
     return a->heads == b->heads && a->rows == b->rows && a->cols == b->cols && tnb(a) == tnb(b);
 }
 
-static size_t visible(size_t i, size_t n, size_t nk)
+/* Which keys a query row sees (the library's rule, from its documentation):
+ * row i of a sequence of ns rows over nks keys sits at p = i + nks - ns; the
+ * causal rule (right = 0) and the window cut [p - left, p + right] (a negative
+ * side unbounded); packed sequences see only their own keys, with their own
+ * positions; the mask hides keys where it is -inf (only a mask whose values are
+ * all finite or -inf is used to decide). */
+typedef struct {
+    ptrdiff_t left, right;
+    size_t n, nk, seqs, hq;
+    const size_t *sq, *sk;
+    const fz_view *mask;  /* a clean mask, or NULL */
+    const float *sinks;   /* heads_q sink logits, or NULL */
+    int restricts;        /* some key is hidden from some row by the rules */
+} fz_vis;
+
+static void vis_make(fz_vis *V, const fz_ocfg *oc, const fz_view *q, const fz_view *k, int softmax)
 {
-    size_t a = i + 1 + nk;
-    if (a <= n) return 0;
-    a -= n;
-    return a < nk ? a : nk;
+    const favor_options *o = &oc->o;
+    int win = oc->use_opts && (o->flags & FAVOR_WINDOW) && softmax;
+    memset(V, 0, sizeof *V);
+    V->n = q->t.rows;
+    V->nk = k->t.rows;
+    V->hq = q->t.heads;
+    V->left = win && o->window_left >= 0 ? o->window_left : -1;
+    V->right = win && o->window_right >= 0 ? o->window_right : -1;
+    if (oc->use_opts && (o->flags & FAVOR_CAUSAL)) V->right = 0;
+    if (oc->use_opts && o->seqs && seqs_valid(oc, V->n, V->nk)) {
+        V->seqs = o->seqs;
+        V->sq = o->seq_q;
+        V->sk = o->seq_k ? o->seq_k : o->seq_q;
+    }
+    if (softmax && oc->use_opts && o->mask && oc->mask->mem_ok) {
+        const fz_view *m = oc->mask;
+        size_t h, i, j;
+        int clean = 1;
+        for (h = 0; h < vheads(m) && clean; ++h)
+            for (i = 0; i < m->t.rows && clean; ++i)
+                for (j = 0; j < m->t.cols; ++j) {
+                    float x = VGET(m, h, i, j);
+                    if (!isfinite(x) && x != -INFINITY) { clean = 0; break; }
+                }
+        if (clean) V->mask = m;
+    }
+    if (softmax && oc->use_opts && o->sinks) V->sinks = o->sinks;
+    V->restricts = V->right >= 0 || V->left >= 0 || V->seqs > 1;
 }
 
-/* rows of out that see no key are exactly zero; with want_range, every element
- * lies in the range of the visible v values (tolerance tol * max|V| of the head,
- * plus the rounding of a 16-bit out) */
-static void check_rows(const char *what, const fz_view *o, const fz_view *vv, int causal,
+/* the keys [*lo, *hi) (global indices) row i sees by the rules */
+static void vis_row(const fz_vis *V, size_t i, size_t *lo, size_t *hi)
+{
+    size_t q0 = 0, q1 = V->n, k0 = 0, k1 = V->nk, s;
+    ptrdiff_t p, a, b;
+    for (s = 0; V->seqs && s < V->seqs; ++s)
+        if (i >= V->sq[s] && i < V->sq[s + 1]) {
+            q0 = V->sq[s]; q1 = V->sq[s + 1];
+            k0 = V->sk[s]; k1 = V->sk[s + 1];
+            break;
+        }
+    p = (ptrdiff_t)(i - q0 + (k1 - k0)) - (ptrdiff_t)(q1 - q0);
+    a = 0;
+    b = (ptrdiff_t)(k1 - k0);
+    if (V->right >= 0 && V->right < b - p) b = p + V->right + 1;
+    if (V->left >= 0 && p > V->left) a = p - V->left;
+    if (b < 0) b = 0;
+    if (a > b) a = b;
+    *lo = k0 + (size_t)a;
+    *hi = k0 + (size_t)b;
+}
+
+/* the mask value flat query head fh adds to (i, j) */
+static float mask_at(const fz_view *m, size_t hq, size_t fh, size_t i, size_t j)
+{
+    size_t b = m->t.batch > 1 ? fh / hq : 0;
+    return VGET(m, b * m->t.heads + (m->t.heads > 1 ? fh % hq : 0), i, j);
+}
+
+/* row i of flat head fh: 2 when the rules leave it no key, 1 when a clean mask
+ * hides every key they leave, 0 when it sees a key */
+static int vis_empty(const fz_vis *V, size_t fh, size_t i)
+{
+    size_t lo, hi, j;
+    vis_row(V, i, &lo, &hi);
+    if (lo == hi) return 2;
+    if (!V->mask) return 0;
+    for (j = lo; j < hi; ++j)
+        if (mask_at(V->mask, V->hq, fh, i, j) != -INFINITY) return 0;
+    return 1;
+}
+
+/* the sink logit of flat head fh (-inf: none) */
+static float vis_sink(const fz_vis *V, size_t fh)
+{
+    return V->sinks ? V->sinks[fh % V->hq] : -INFINITY;
+}
+
+/* rows of out that see no key are exactly zero (those the rules leave no key:
+ * always; those a clean mask hides every key from: with fin); with want_range,
+ * every element lies in the range of the visible v values (and 0, with a sink;
+ * tolerance tol * max|V| of the head, plus the rounding of a 16-bit out) */
+static void check_rows(const char *what, const fz_view *o, const fz_view *vv, const fz_vis *V, int fin,
                        int want_range, double tol)
 {
     size_t h, i, c, j, grp = vheads(o) / vheads(vv), n = o->t.rows, nk = vv->t.rows;
@@ -1821,29 +2318,88 @@ static void check_rows(const char *what, const fz_view *o, const fz_view *vv, in
     for (h = 0; h < vheads(o); ++h) { /* flat heads: b * heads + h, grouped within each batch element */
         size_t g = h / grp;
         double M = 0.0;
-        for (j = 0; j < nk; ++j)
+        int sink = vis_sink(V, h) > -INFINITY;
+        for (j = 0; want_range && j < nk; ++j)
             for (c = 0; c < vv->t.cols; ++c) M = fmax(M, fabs((double)VGET(vv, g, j, c)));
         for (i = 0; i < n; ++i) {
-            size_t vis = causal ? visible(i, n, nk) : nk;
+            size_t lo, hi;
+            int e = vis_empty(V, h, i);
+            vis_row(V, i, &lo, &hi);
             for (c = 0; c < o->t.cols; ++c) {
-                double x = VGET(o, h, i, c), lo = INFINITY, hi = -INFINITY;
-                if (vis == 0) {
+                double x = VGET(o, h, i, c), mn = sink ? 0.0 : INFINITY, mx = sink ? 0.0 : -INFINITY;
+                if (e == 2 || (e == 1 && fin)) {
                     if (x != 0.0)
-                        FZ_FAIL("%s: %s[%zu][%zu][%zu] = %g but the row sees no key", what, o->name,
-                                h, i, c, x);
+                        FZ_FAIL("%s: %s[%zu][%zu][%zu] = %g but the row sees no key%s", what, o->name,
+                                h, i, c, x, e == 1 ? " (the mask hides them)" : "");
                     continue;
                 }
-                if (!want_range) continue;
-                for (j = 0; j < vis; ++j) {
-                    double y = VGET(vv, g, j, c);
-                    lo = fmin(lo, y);
-                    hi = fmax(hi, y);
+                if (!want_range || e) continue;
+                for (j = lo; j < hi; ++j) {
+                    double y;
+                    if (V->mask && mask_at(V->mask, V->hq, h, i, j) == -INFINITY) continue;
+                    y = VGET(vv, g, j, c);
+                    mn = fmin(mn, y);
+                    mx = fmax(mx, y);
                 }
-                if (!(x >= lo - tol * M - tiny && x <= hi + tol * M + tiny))
+                if (!(x >= mn - tol * M - tiny && x <= mx + tol * M + tiny))
                     FZ_FAIL("%s: %s[%zu][%zu][%zu] = %.9g outside the range [%.9g, %.9g] of the "
-                            "visible values (tolerance %g * %g)", what, o->name, h, i, c, x, lo, hi,
-                            tol, M);
+                            "visible values%s (tolerance %g * %g)", what, o->name, h, i, c, x, mn, mx,
+                            sink ? " and 0 (a sink)" : "", tol, M);
             }
+        }
+    }
+}
+
+/* lse after a successful softmax forward: a row that sees no key has -inf, or
+ * its head's sink logit exactly; with fin, a row that sees a key has more */
+static void check_lse(const fz_view *lse, const fz_view *q, const fz_vis *V, int fin)
+{
+    size_t h, i;
+    for (h = 0; h < vheads(q); ++h)
+        for (i = 0; i < q->t.rows; ++i) {
+            float l = ((const float *)lse->t.data)[h * q->t.rows + i], sk = vis_sink(V, h);
+            int e = vis_empty(V, h, i);
+            if (e == 2 || (e == 1 && fin)) {
+                if (!(l == sk))
+                    FZ_FAIL("softmax: lse[%zu][%zu] = %g for a row that sees no key (sink %g)", h, i, (double)l,
+                            (double)sk);
+            } else if (fin && e == 0 && l == -INFINITY) {
+                FZ_FAIL("softmax: lse[%zu][%zu] = -inf for a row that sees keys", h, i);
+            }
+        }
+}
+
+/* after a successful backward: keys no row of their sequence can see (by the
+ * rules) get zero dk and dv; always for the keys of a sequence without rows,
+ * with fin for the others (a NaN elsewhere may reach them as 0 * NaN) */
+static void check_key_grads(const char *what, const fz_view *dk, const fz_view *dv, const fz_view *q,
+                            const fz_vis *V, int fin)
+{
+    size_t nk = dk->t.rows, n = q->t.rows, i, j, h, c, lo, hi;
+    unsigned char *seen, *norow;
+    if (!dk->mem_ok || !dv->mem_ok || !nk) return;
+    seen = (unsigned char *)fz_alloc(nk);
+    norow = (unsigned char *)fz_alloc(nk);
+    memset(seen, 0, nk);
+    memset(norow, 0, nk);
+    for (i = 0; i < n; ++i) {
+        vis_row(V, i, &lo, &hi);
+        for (j = lo; j < hi; ++j) seen[j] = 1;
+    }
+    for (i = 0; V->seqs && i < V->seqs; ++i)
+        if (V->sq[i] == V->sq[i + 1])
+            for (j = V->sk[i]; j < V->sk[i + 1]; ++j) norow[j] = 1;
+    for (j = 0; j < nk; ++j) {
+        if (seen[j] || !(norow[j] || fin)) continue;
+        for (h = 0; h < vheads(dk); ++h) {
+            for (c = 0; c < dk->t.cols; ++c)
+                if (VGET(dk, h, j, c) != 0.0f)
+                    FZ_FAIL("%s: dk[%zu][%zu][%zu] = %g but no row sees key %zu", what, h, j, c,
+                            (double)VGET(dk, h, j, c), j);
+            for (c = 0; c < dv->t.cols; ++c)
+                if (VGET(dv, h, j, c) != 0.0f)
+                    FZ_FAIL("%s: dv[%zu][%zu][%zu] = %g but no row sees key %zu", what, h, j, c,
+                            (double)VGET(dv, h, j, c), j);
         }
     }
 }
@@ -1864,6 +2420,7 @@ static void reset_call(void)
     g_twin_block = 0;
     g_call_batch_set = 0;
     g_call_batch = 0;
+    g_sv_ptr_alias = 0;
     g_ctxn = 0;
     g_ctx[0] = 0;
 }
@@ -2047,7 +2604,7 @@ static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_
         FZ_FAIL("%s: a failed call changed a struct passed by pointer", what);
     if (s != FAVOR_OK) return s;
     check_outputs(what, want_finite);
-    if (repeat && oc && !oc->ws_alias) {
+    if (repeat && oc && !oc->ws_alias && !g_sv_ptr_alias) { /* FINDING-8: the slopes are out's bytes */
         /* the same call with the other kind of workspace and other output garbage */
         void *ws0 = oc->o.workspace;
         size_t sz0 = oc->o.workspace_size;
@@ -2077,12 +2634,13 @@ static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_
     return s;
 }
 
-/* Causality: after a successful causal call, give the keys and values from token
- * `cut` on other values (finite, or with flag 0x80 NaN and inf: FINDING-2) and
- * call again; every output row that cannot see token `cut` must come out the
- * same (==, so -0 and +0 match; NaN where it was NaN). */
+/* Causality: after a successful call whose rules hide keys (causal, a window,
+ * packed sequences), give the keys and values from token `cut` on other values
+ * (finite, or with flag 0x80 NaN and inf: FINDING-2) and call again; every
+ * output row whose keys (by the rules: vis_row) all lie before `cut` must come
+ * out the same (==, so -0 and +0 match; NaN where it was NaN). */
 static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz_view *o,
-                            const fz_view *k, const fz_view *v, unsigned hflags)
+                            const fz_view *k, const fz_view *v, unsigned hflags, const fz_vis *V)
 {
     size_t n = o->t.rows, nk = k->t.rows, cut, h, i, j, c, len = vheads(o) * n * o->t.cols;
     float *before;
@@ -2113,14 +2671,18 @@ static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz
     s = fn(arg);
     if (s != FAVOR_OK) FZ_FAIL("%s: the call with other later tokens failed: %s", what, favor_status_string(s));
     for (h = 0; h < vheads(o); ++h)
-        for (i = 0; i < n && visible(i, n, nk) <= cut; ++i)
+        for (i = 0; i < n; ++i) {
+            size_t lo, hi;
+            vis_row(V, i, &lo, &hi);
+            if (hi > cut) continue;
             for (c = 0; c < o->t.cols; ++c) {
                 float x = before[(h * n + i) * o->t.cols + c], y = VGET(o, h, i, c);
                 if (!(x == y || (isnan(x) && isnan(y))))
-                    FZ_FAIL("%s: out[%zu][%zu][%zu] (sees %zu keys) changed from %.9g to %.9g when "
-                            "keys/values from %zu on changed", what, h, i, c, visible(i, n, nk), (double)x,
+                    FZ_FAIL("%s: out[%zu][%zu][%zu] (sees keys %zu..%zu) changed from %.9g to %.9g when "
+                            "keys/values from %zu on changed", what, h, i, c, lo, hi, (double)x,
                             (double)y, cut);
             }
+        }
 }
 
 /* ---- op 0: softmax forward ---- */
@@ -2133,6 +2695,7 @@ static favor_status call_softmax(void *p)
 {
     fz_sm_args *a = (fz_sm_args *)p;
     a->oc->o.lse = a->lse && a->lse->mem_ok ? a->lse->t.data : NULL;
+    bind_sv(a->oc);
     return favor_softmax_attention(T(a->q), T(a->k), T(a->v), T(a->o), a->oc->use_opts ? &a->oc->o : NULL);
 }
 
@@ -2186,6 +2749,17 @@ static void place_views(fz_rd *r)
     fill_views(r);
 }
 
+/* the same with the variant buffers (alibi, sinks, dsinks of q's heads) and values */
+static void place_views_sv(fz_rd *r, fz_ocfg *oc, const fz_view *q, size_t hq)
+{
+    layout_views();
+    add_sv_ranges(oc, q->mem_ok ? q->t.heads : hq, 0);
+    finish_range_views();
+    fill_views(r);
+    fill_sv(r, oc);
+    bind_sv(oc);
+}
+
 static void op_softmax(fz_rd *r, unsigned hflags)
 {
     fz_shape sh;
@@ -2193,49 +2767,48 @@ static void op_softmax(fz_rd *r, unsigned hflags)
     fz_sm_args a;
     fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
     size_t query, lse_n;
-    int causal, fin;
+    int fin;
     favor_status s;
     ctx("softmax_attention ");
     dec_shape(r, &sh);
     dec_ocfg(r, &oc);
     add_qkv(r, &sh, sh.n, sh.nk, &a.q, &a.k, &a.v);
     a.o = add_view(r, "out", R_OUT, sh.hq, sh.n, sh.dv);
+    add_sv_views(r, &oc, sh.hq, sh.n, sh.nk);
     a.oc = &oc;
     layout_views();
     lse_n = a.q->mem_ok ? vheads(a.q) * a.q->t.rows : 0; /* [batch][heads_q][n] */
     a.lse = add_lse(&oc, R_OUT, lse_n);
+    add_sv_ranges(&oc, a.q->mem_ok ? a.q->t.heads : sh.hq, 0);
     finish_range_views();
     fill_views(r);
-    query = favor_softmax_attention_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    fill_sv(r, &oc);
+    bind_sv(&oc);
+    query = fz_query_skip(&oc) ? 0
+            : favor_softmax_attention_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
                           !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t));
     if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
+    verdict_sv(&vd, &oc, a.q, a.k, 1, 0);
     verdict_ws(&vd, &oc, query);
     {
         fz_view *ord[4];
         ord[0] = a.q; ord[1] = a.k; ord[2] = a.v; ord[3] = a.o;
         verdict_dtype(&vd, ord, NULL, 4, any_nullptr(ord, 4));
     }
-    causal = oc.use_opts && (oc.o.flags & 1u);
-    fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f);
+    fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f) && !g_sv_ptr_alias;
     s = run_protocol("favor_softmax_attention", call_softmax, &a, &vd, &oc, fin, hflags & 1, NULL, NULL, 0);
-    if (s == FAVOR_OK) {
+    if (s == FAVOR_OK && !g_sv_ptr_alias) {
+        fz_vis V;
+        vis_make(&V, &oc, a.q, a.k, 1);
         /* (FINDING-2, fixed in c993bf1: a NaN/inf value a row cannot see used to
          * reach it as 0 * v; rows that see no key are zero whatever v holds.) */
-        check_rows("favor_softmax_attention", a.o, a.v, causal, fin, 4e-5);
-        if (a.lse && a.lse->mem_ok) { /* -inf exactly for the rows that see no key */
-            size_t h, i;
-            for (h = 0; h < vheads(a.q); ++h)
-                for (i = 0; i < a.q->t.rows; ++i) {
-                    float l = ((float *)a.lse->t.data)[h * a.q->t.rows + i];
-                    size_t vis = causal ? visible(i, a.q->t.rows, a.k->t.rows) : a.k->t.rows;
-                    if ((vis == 0) != (l == -INFINITY) && (fin || vis == 0))
-                        FZ_FAIL("softmax: lse[%zu][%zu] = %g for a row that sees %zu keys", h, i, (double)l, vis);
-                }
-        }
+        check_rows("favor_softmax_attention", a.o, a.v, &V, fin, fin, 4e-5);
+        if (a.lse && a.lse->mem_ok) check_lse(a.lse, a.q, &V, fin); /* -inf (or the sink) for no key */
         /* last: it changes the inputs */
-        if (causal && (hflags & 4)) check_causality("favor_softmax_attention", call_softmax, &a, a.o, a.k, a.v, hflags);
+        if (V.restricts && (hflags & 4))
+            check_causality("favor_softmax_attention", call_softmax, &a, a.o, a.k, a.v, hflags, &V);
     }
 }
 
@@ -2249,6 +2822,7 @@ static favor_status call_softmax_bwd(void *p)
 {
     fz_smb_args *a = (fz_smb_args *)p;
     a->oc->o.lse = a->lse && a->lse->mem_ok ? a->lse->t.data : NULL;
+    bind_sv(a->oc);
     return favor_softmax_attention_backward(T(a->q), T(a->k), T(a->v), T(a->o), T(a->g), T(a->dq),
                                             T(a->dk), T(a->dv), a->oc->use_opts ? &a->oc->o : NULL);
 }
@@ -2260,7 +2834,7 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
     fz_smb_args a;
     fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
     size_t query, lse_n;
-    int causal, fin, consistent = 0, upper;
+    int fin, consistent = 0, upper;
     favor_tensor q16;
     const favor_tensor *qq;
     favor_status s;
@@ -2273,12 +2847,16 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
     a.dq = add_view(r, "dq", R_OUT, sh.hq, sh.n, sh.d);
     a.dk = add_view(r, "dk", R_OUT, sh.hkv, sh.nk, sh.d);
     a.dv = add_view(r, "dv", R_OUT, sh.hkv, sh.nk, sh.dv);
+    add_sv_views(r, &oc, sh.hq, sh.n, sh.nk);
     a.oc = &oc;
     layout_views();
     lse_n = a.q->mem_ok ? vheads(a.q) * a.q->t.rows : 0; /* [batch][heads_q][n] */
     a.lse = add_lse(&oc, R_LSE_IN, lse_n);
+    add_sv_ranges(&oc, a.q->mem_ok ? a.q->t.heads : sh.hq, 1);
     finish_range_views();
     fill_views(r);
+    fill_sv(r, &oc);
+    bind_sv(&oc);
     if (a.lse && a.lse->mem_ok) { /* lse floats as a payload: in promise only when consistent */
         size_t i;
         for (i = 0; i < lse_n; ++i) ((float *)a.lse->t.data)[i] = gen_value(r, a.lse, i & 7);
@@ -2287,9 +2865,14 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
     if ((hflags & 2) && a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok) {
         /* out (and lse) from the forward, as a training step would have them */
         favor_options fo = favor_default_options();
-        if (oc.use_opts) {
-            fo.flags = oc.o.flags;
-            fo.scale = oc.o.scale;
+        if (oc.use_opts) { /* every option of the call: flags, scale, the variants, the sequences */
+            fo = oc.o;
+            fo.workspace = NULL;
+            fo.workspace_size = 0;
+            fo.error = NULL;
+            fo.error_size = 0;
+            fo.dsinks = NULL;
+            if (fo.threads < 0) fo.threads = 0;
         }
         fo.lse = a.lse && a.lse->mem_ok ? a.lse->t.data : NULL;
         if (favor_softmax_attention(&a.q->t, &a.k->t, &a.v->t, &a.o->t, &fo) == FAVOR_OK) {
@@ -2304,7 +2887,8 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
         rest[0] = a.o; rest[1] = a.g; rest[2] = a.dq; rest[3] = a.dk; rest[4] = a.dv;
         qq = bwd_query_q(&q16, &upper, 1, a.q, a.k, a.v, rest, 5);
     }
-    query = favor_softmax_attention_backward_workspace(qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    query = fz_query_skip(&oc) ? 0
+            : favor_softmax_attention_backward_workspace(qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok && a.g->mem_ok &&
                           a.dq->mem_ok && a.dk->mem_ok && a.dv->mem_ok &&
@@ -2312,6 +2896,7 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
                             same_shape(&a.dq->t, &a.q->t) && same_shape(&a.dk->t, &a.k->t) &&
                             same_shape(&a.dv->t, &a.v->t)));
     if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
+    verdict_sv(&vd, &oc, a.q, a.k, 1, 1);
     verdict_bwd_ws(&vd, &oc, upper);
     verdict_ws(&vd, &oc, query);
     { /* q, k, v, dout, out, then the input shapes, then each gradient and its shape */
@@ -2324,16 +2909,19 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
         gate[7] = !same_shape(&a.dk->t, &a.k->t);
         verdict_dtype(&vd, ord, gate, 8, any_nullptr(ord, 8));
     }
-    causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f) &&
-          (!a.lse || !a.lse->mem_ok || consistent);
+          (!a.lse || !a.lse->mem_ok || consistent) && !g_sv_ptr_alias;
     s = run_protocol("favor_softmax_attention_backward", call_softmax_bwd, &a, &vd, &oc, fin,
                      hflags & 1, NULL, NULL, 0);
-    if (s == FAVOR_OK && qq == &q16)
+    if (s == FAVOR_OK && qq == &q16 && !g_sv_ptr_alias)
         check_plain_query("favor_softmax_attention_backward", call_softmax_bwd, &a, &oc,
                                   favor_softmax_attention_backward_workspace(T(a.q), T(a.k), T(a.v), &oc.o));
-    if (s == FAVOR_OK && fin) /* a row that sees no key has no gradient */
-        check_rows("favor_softmax_attention_backward", a.dq, a.k, causal, 0, 0.0);
+    if (s == FAVOR_OK && fin) { /* a row that sees no key has no gradient, nor a key no row sees */
+        fz_vis V;
+        vis_make(&V, &oc, a.q, a.k, 1);
+        check_rows("favor_softmax_attention_backward", a.dq, a.k, &V, fin, 0, 0.0);
+        check_key_grads("favor_softmax_attention_backward", a.dk, a.dv, a.q, &V, fin);
+    }
 }
 
 /* ---- op 2: linear forward ---- */
@@ -2398,36 +2986,41 @@ static void op_linear(fz_rd *r, unsigned hflags)
     fz_lin_args a;
     fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
     size_t query;
-    int causal, fin, fnull;
+    int fin, fnull;
     favor_status s;
     ctx("linear_attention ");
     fnull = dec_linear(r, &sh, &fc, &oc);
     add_qkv(r, &sh, sh.n, sh.nk, &a.q, &a.k, &a.v);
     a.o = add_view(r, "out", R_OUT, sh.hq, sh.n, sh.dv);
+    add_sv_views(r, &oc, sh.hq, sh.n, sh.nk);
     a.oc = &oc;
     a.f = fnull ? NULL : &g_f;
-    place_views(r);
+    place_views_sv(r, &oc, a.q, sh.hq);
     add_ignored_lse(&oc);
-    query = favor_linear_attention_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    query = fz_query_skip(&oc) ? 0
+            : favor_linear_attention_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_features(&vd, a.f, a.q->t.cols);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
                           !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t));
+    verdict_sv(&vd, &oc, a.q, a.k, 0, 0);
     verdict_ws(&vd, &oc, query);
     {
         fz_view *ord[4];
         ord[0] = a.q; ord[1] = a.k; ord[2] = a.v; ord[3] = a.o;
         verdict_dtype(&vd, ord, NULL, 4, !a.f || any_nullptr(ord, 4));
     }
-    causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
     s = run_protocol("favor_linear_attention", call_linear, &a, &vd, &oc, fin, hflags & 1,
                      NULL, NULL, 0);
     if (s == FAVOR_OK) {
         int positive = g_f.kernel != FAVOR_TRIG;
         int range = fin && positive && all_nice() && lin_scale(&oc) <= 1.0f;
-        check_rows("favor_linear_attention", a.o, a.v, causal, range, 1e-3);
-        if (causal && (hflags & 4)) check_causality("favor_linear_attention", call_linear, &a, a.o, a.k, a.v, hflags);
+        fz_vis V;
+        vis_make(&V, &oc, a.q, a.k, 0);
+        check_rows("favor_linear_attention", a.o, a.v, &V, fin, range, 1e-3);
+        if (V.restricts && (hflags & 4))
+            check_causality("favor_linear_attention", call_linear, &a, a.o, a.k, a.v, hflags, &V);
     }
 }
 
@@ -2453,7 +3046,7 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
     fz_linb_args a;
     fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
     size_t query;
-    int causal, fin, fnull, upper;
+    int fin, fnull, upper;
     favor_tensor q16;
     const favor_tensor *qq;
     favor_status s;
@@ -2464,22 +3057,25 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
     a.dq = add_view(r, "dq", R_OUT, sh.hq, sh.n, sh.d);
     a.dk = add_view(r, "dk", R_OUT, sh.hkv, sh.nk, sh.d);
     a.dv = add_view(r, "dv", R_OUT, sh.hkv, sh.nk, sh.dv);
+    add_sv_views(r, &oc, sh.hq, sh.n, sh.nk);
     a.oc = &oc;
     a.f = fnull ? NULL : &g_f;
-    place_views(r);
+    place_views_sv(r, &oc, a.q, sh.hq);
     add_ignored_lse(&oc);
     {
         fz_view *rest[4];
         rest[0] = a.g; rest[1] = a.dq; rest[2] = a.dk; rest[3] = a.dv;
         qq = bwd_query_q(&q16, &upper, 0, a.q, a.k, a.v, rest, 4);
     }
-    query = favor_linear_attention_backward_workspace(a.f, qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    query = fz_query_skip(&oc) ? 0 :
+            favor_linear_attention_backward_workspace(a.f, qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_features(&vd, a.f, a.q->t.cols);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.g->mem_ok && a.dq->mem_ok &&
                           a.dk->mem_ok && a.dv->mem_ok &&
                           !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.dq->t, &a.q->t) &&
                             same_shape(&a.dk->t, &a.k->t) && same_shape(&a.dv->t, &a.v->t)));
+    verdict_sv(&vd, &oc, a.q, a.k, 0, 1);
     verdict_bwd_ws(&vd, &oc, upper);
     verdict_ws(&vd, &oc, query);
     { /* f, then q, k, v, dout, the input shapes, each gradient and its shape */
@@ -2492,15 +3088,20 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
         gate[6] = !same_shape(&a.dk->t, &a.k->t);
         verdict_dtype(&vd, ord, gate, 7, !a.f || any_nullptr(ord, 7));
     }
-    causal = oc.use_opts && (oc.o.flags & 1u);
     fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
     s = run_protocol("favor_linear_attention_backward", call_linear_bwd, &a, &vd, &oc, fin,
                      hflags & 1, NULL, NULL, 0);
     if (s == FAVOR_OK && qq == &q16)
         check_plain_query("favor_linear_attention_backward", call_linear_bwd, &a, &oc,
                                   favor_linear_attention_backward_workspace(a.f, T(a.q), T(a.k), T(a.v), &oc.o));
-    if (s == FAVOR_OK && causal) /* rows that see no key: zero gradient, always */
-        check_rows("favor_linear_attention_backward", a.dq, a.k, causal, 0, 0.0);
+    if (s == FAVOR_OK) { /* rows that see no key, keys no row sees: zero gradients, always */
+        fz_vis V;
+        vis_make(&V, &oc, a.q, a.k, 0);
+        if (V.restricts) {
+            check_rows("favor_linear_attention_backward", a.dq, a.k, &V, 0, 0, 0.0);
+            check_key_grads("favor_linear_attention_backward", a.dk, a.dv, a.q, &V, 0);
+        }
+    }
 }
 
 /* ---- op 4: feature map ---- */
@@ -2716,6 +3317,7 @@ static void op_state(fz_rd *r, unsigned hflags)
         g_call_batch_set = g_bt_ext;
         add_qkv(r, &sh, n, n, &a.q, &a.k, &a.v);
         a.o = add_view(r, "out", R_OUT, sh.hq, n, sh.dv);
+        add_sv_views(r, &oc, sh.hq, n, n);
         a.oc = &oc;
         a.f = &g_f;
         a.st = &g_st;
@@ -2732,7 +3334,12 @@ static void op_state(fz_rd *r, unsigned hflags)
         default: break;
         }
         if (smut % 16) ctx("[state mutation %u] ", smut % 16);
-        place_views(r);
+        place_views_sv(r, &oc, a.q, sh.hq);
+        if (a.step) { /* favor_linear_step takes no options: the variant buffers are not its */
+            if (oc.mask) oc.mask->used = 0;
+            if (oc.alibi) oc.alibi->used = 0;
+            if (oc.sinks) oc.sinks->used = 0;
+        }
         if (!a.step) add_ignored_lse(&oc);
         if (!a.step) {
             query = favor_linear_extend_workspace(a.f, a.st, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
@@ -2744,6 +3351,7 @@ static void op_state(fz_rd *r, unsigned hflags)
         if (!a.st || !g_st.s || !g_st.z || !g_st.c || !g_st.scratch) { vd.must_fail = 1; vd.why_fail = "state NULL"; }
         verdict_features(&vd, a.f, a.q->t.cols);
         if (!a.step && !oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
+        if (!a.step) verdict_sv(&vd, &oc, a.q, a.k, 2, 0);
         verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
                               !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t) && a.k->t.rows == a.q->t.rows &&
                                 vheads(a.k) == g_st.heads && a.v->t.cols == g_st.dv && g_st.kernel == g_f.kernel &&
@@ -3081,7 +3689,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     reset_call();
     op = rd8(&r);
     g_dt_ext = (op & 8) != 0;
-    g_bt_ext = (op & 16) != 0; /* bits 5-7: ignored */
+    g_bt_ext = (op & 16) != 0;
+    g_sv_ext = (op & 32) != 0; /* bits 6-7: ignored */
     op %= 8;
     hflags = rd8(&r);
     switch (op) {

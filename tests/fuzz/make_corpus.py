@@ -109,6 +109,58 @@ def bviews(n, b=2, dt=None):
     return bview(b=b, dt=dt) + bview(dt=dt) * (n - 1)
 
 
+# Score variants and packed sequences (the extended format: bit 5 of the first
+# byte set, then the options take 10 more bytes after their 8: dec_ocfg and
+# add_sv_views in favor_fuzz.c). on: "window", "softcap", "alibi", "sinks",
+# "dsinks", "mask", "seqs". The window's sides (a negative side is unbounded)
+# and the softcap are encoded by searching the harness's decoders; the modes:
+# alibi/sinks value mode (bits 0-2), placement (bits 3-4: 2 aliased onto the
+# par-th view holding enough, 3 alibi onto sinks), par (bits 5-7); dsinks mode
+# (0-2 own buffer, 3 aliased onto the par-th view, 4 onto sinks, 5 onto alibi,
+# 6 past the address space, 7 onto the mask; par in bits 3-7); the mask: bit 0
+# one head per query head, bits 1-3 its pattern (0 the payload, 1 zeros, 2 -inf
+# at random, 3 documents of L positions, 4 rows of -inf, 5 all -inf, 6 +inf at
+# random, 7 NaN at random), bits 4-6 L - 1. The mask view follows the call's
+# tensors; then the sequences' cuts: count - 1 bytes for q, then (unless seq_k
+# is NULL) count - 1 for k.
+SV = 32
+SV_ON = {"window": 1, "softcap": 2, "alibi": 4, "sinks": 8, "dsinks": 16, "mask": 32, "seqs": 64}
+
+
+def dec_win(b):
+    tab = [(1 << 63) - 1, -(1 << 63), ((1 << 63) - 1) // 2, 1 << 40, 79, 80, 81, 100]
+    if b < 192:
+        return b % 48
+    if b < 224:
+        return 60 + b % 8
+    if b < 248:
+        return -(1 + b % 3)
+    return tab[b - 248]
+
+
+def enc_win(x):
+    return next(b for b in range(256) if dec_win(b) == x)
+
+
+CAP_TAB = ["nan", -1.0, "inf", "-inf", "-0", "FLT_MIN", 1e-45, 1e-40, "FLT_MAX", 1e-20, 1e30, 0.0,
+           "-FLT_MIN", 3e38, 1e-3, 65504.0]
+
+
+def enc_cap(c):
+    if isinstance(c, str) or c in CAP_TAB:
+        return 240 + CAP_TAB.index(c)
+    return next(b for b in range(160) if abs(0.25 + b * 0.3 - c) < 0.151)
+
+
+SEQ_KIND = {"valid": 0, "knull": 4, "order": 5, "ends": 6, "special": 7}
+
+
+def sv(on=(), wl=0, wr=0, cap=2.0, am=0, sm=0, dm=0, mm=0, seqs=0, seq_kind="valid", seq_knull=False, qp=0):
+    b0 = sum(SV_ON[x] for x in on)
+    qm = seqs | SEQ_KIND[seq_kind] << 3 | (64 if seq_knull else 0)
+    return bytes([b0, enc_win(wl), enc_win(wr), enc_cap(cap), am, sm, dm, mm, qm, qp])
+
+
 def write(dirname, name, data):
     with open(os.path.join(dirname, name), "wb") as fp:
         fp.write(data)
@@ -200,6 +252,7 @@ def seeds():
     s["misc-small"] = bytes([7, 0]) + struct.pack("<IIQQ", 0xFFFFFFFF, 2, 3, 4)
     s.update(dtype_seeds())
     s.update(batch_seeds())
+    s.update(variant_seeds())
     return s
 
 
@@ -383,6 +436,127 @@ def batch_seeds():
     return s
 
 
+def variant_seeds():
+    """Seeds of the variant extension (bit 5): window, softcap, alibi, sinks,
+    dsinks, masks and packed sequences in every entry point taking options."""
+    s = {}
+    M = P  # a packed mask view (fp32)
+    # ---- softmax forward ----
+    # GPT-OSS: causal, window 16, a sink per head; lse; the causality check (cut 40)
+    s["sv-sm-gptoss"] = (bytes([0 | SV, 1 | 4 | 8 * 12]) + shape(2, 2, 70, 70, 8, 8) +
+                         ocfg(True, lse_mode=1) + sv(("window", "sinks"), wl=16, wr=0, sm=1) + P * 4)
+    # Gemma 2: softcap 30, a window of 8 on each side, not causal, n < n_k
+    s["sv-sm-gemma"] = (bytes([0 | SV, 1 | 4 | 8 * 30]) + shape(1, 2, 33, 80, 16, 8) +
+                        ocfg(lse_mode=1, ws_mode=1) + sv(("window", "softcap"), wl=8, wr=8, cap=30.0) +
+                        view(vmode=8) * 3 + P)
+    s["sv-sm-alibi-causal"] = (bytes([0 | SV, 1 | 4 | 8 * 20]) + shape(1, 4, 66, 66, 8, 4) +
+                               ocfg(True, lse_mode=1) + sv(("alibi",)) + P * 4)
+    s["sv-sm-all"] = (bytes([0 | SV, 1]) + shape(2, 2, 17, 33, 6, 5) + ocfg(True, lse_mode=1) +
+                      sv(("window", "softcap", "alibi", "sinks", "mask"), wl=-1, wr=3, cap=5.0, sm=3, mm=1 | 2 << 1) +
+                      P * 4 + M)
+    s["sv-sm-mask-f16-heads"] = (bytes([0 | EXT | SV, 1]) + shape(2, 2, 65, 70, 8, 8) + ocfg(lse_mode=1) +
+                                 sv(("mask",), mm=1 | 2 << 1) + tviews("f16", "f16", "bf16", "f16") + tview("f16"))
+    s["sv-sm-mask-doc-batched"] = (bytes([0 | BT | SV, 1]) + shape(2, 1, 64, 64, 8, 8) + ocfg(lse_mode=1) +
+                                   sv(("mask",), mm=3 << 1 | 5 << 4) + bviews(4, 2) + bview())
+    s["sv-sm-mask-one-batch"] = (bytes([0 | BT | EXT | SV, 1]) + shape(1, 2, 9, 12, 4, 4) + ocfg(True) +
+                                 sv(("mask",), mm=1 | 4 << 1) + bviews(4, 3, "bf16") + bview(b=1, dt="bf16"))
+    s["sv-sm-mask-empty-rows-sinks"] = (bytes([0 | SV, 1]) + shape(1, 2, 9, 9, 4, 4) + ocfg(lse_mode=1) +
+                                        sv(("mask", "sinks"), mm=4 << 1, sm=3) + P * 4 + M)
+    s["sv-sm-mask-all-neginf"] = (bytes([0 | SV, 1]) + shape(2, 1, 5, 33, 4, 4) + ocfg(lse_mode=1) +
+                                  sv(("mask",), mm=5 << 1) + P * 4 + M)
+    s["sv-sm-mask-nan"] = bytes([0 | SV, 1]) + shape(1, 1, 8, 8, 4, 4) + ocfg(lse_mode=1) + sv(("mask",), mm=7 << 1) + P * 5
+    s["sv-sm-mask-inf"] = bytes([0 | SV, 0]) + shape(1, 1, 8, 8, 4, 4) + ocfg() + sv(("mask",), mm=6 << 1) + P * 5
+    s["sv-sm-mask-aliases-out"] = (bytes([0 | SV, 0]) + shape(1, 1, 6, 6, 6, 6) + ocfg() + sv(("mask",), mm=1 << 1) +
+                                   P * 4 + view("alias", 0, 3, 0))
+    s["sv-sm-mask-aliases-q"] = (bytes([0 | SV, 1]) + shape(1, 1, 6, 6, 6, 6) + ocfg() + sv(("mask",)) +
+                                 P * 4 + view("alias", 0, 0, 1))
+    s["sv-sm-mask-off-by-one"] = (bytes([0 | SV, 0]) + shape(1, 1, 6, 7, 4, 4) + ocfg() + sv(("mask",)) +
+                                  P * 4 + view(p3=0xF0 | 2))
+    s["sv-sm-mask-null"] = bytes([0 | SV, 0]) + shape() + ocfg() + sv(("mask",)) + P * 4 + view("null", 0, 1)
+    s["sv-sm-seqs-causal"] = (bytes([0 | SV, 1 | 4 | 8 * 30]) + shape(2, 1, 66, 66, 8, 8) + ocfg(True, lse_mode=1) +
+                              sv(("seqs",), seqs=3, seq_knull=True) + P * 4 + bytes([20, 45]))
+    s["sv-sm-seqs-unequal"] = (bytes([0 | SV, 1 | 4 | 8 * 9]) + shape(1, 2, 17, 33, 4, 4) + ocfg(True, lse_mode=1) +
+                               sv(("seqs", "mask"), seqs=4, mm=2 << 1) + P * 4 + M + bytes([0, 5, 5, 10, 30, 39]))
+    s["sv-sm-seqs-window-sinks"] = (bytes([0 | SV, 1 | 4 | 8 * 15]) + shape(2, 2, 64, 64, 8, 8) +
+                                    ocfg(lse_mode=1) + sv(("seqs", "window", "sinks"), wl=4, wr=2, sm=1, seqs=2) +
+                                    P * 4 + bytes([33, 33]))
+    s["sv-sm-decode-window"] = (bytes([0 | SV, 1]) + shape(2, 2, 1, 80, 8, 8) + ocfg(lse_mode=1, ws_mode=1) +
+                                sv(("window", "sinks", "alibi"), wl=7, wr=-1, sm=3) + P * 4)
+    s["sv-sm-window-flag-only"] = (bytes([0 | SV, 1 | 4 | 8 * 3]) + shape(1, 1, 9, 9, 4, 4) + ocfg(lse_mode=1) +
+                                   sv(("window",), wl=0, wr=0) + P * 4)
+    s["sv-sm-softcap-tiny"] = bytes([0 | SV, 1]) + shape(1, 1, 5, 5, 4, 4) + ocfg() + sv(("softcap",), cap=1e-45) + P * 4
+    s["sv-sm-softcap-nan"] = bytes([0 | SV, 0]) + shape() + ocfg() + sv(("softcap",), cap="nan") + P * 4
+    s["sv-sm-alibi-inf"] = bytes([0 | SV, 0]) + shape(1, 2) + ocfg() + sv(("alibi",), am=5) + P * 4
+    s["sv-sm-sinks-nan"] = bytes([0 | SV, 0]) + shape(1, 2) + ocfg() + sv(("sinks",), sm=4) + P * 4
+    s["sv-sm-seqs-order"] = bytes([0 | SV, 0]) + shape(1, 1, 9, 9) + ocfg() + sv(("seqs",), seqs=3, seq_kind="order") + P * 4 + bytes([3, 6, 3, 6])
+    s["sv-sm-seqs-null"] = bytes([0 | SV, 0]) + shape() + ocfg() + sv(("seqs",), seqs=2, seq_kind="special", qp=0) + P * 4 + bytes([1, 1])
+    s["sv-sm-seqs-max"] = bytes([0 | SV, 0]) + shape() + ocfg() + sv(("seqs",), seqs=2, seq_kind="special", qp=1) + P * 4 + bytes([1, 1])
+    s["sv-sm-seqs-knull-unequal"] = bytes([0 | SV, 0]) + shape(1, 1, 4, 5) + ocfg() + sv(("seqs",), seqs=2, seq_kind="knull") + P * 4 + bytes([2])
+    s["sv-sm-lse-onto-mask"] = (bytes([0 | SV, 0]) + shape(1, 1, 6, 6, 4, 4) + ocfg(lse_mode=2, lse_p=4) +
+                                sv(("mask",)) + P * 5)
+    s["sv-sm-ws-onto-mask"] = bytes([0 | SV, 0]) + shape(1, 1, 6, 6, 4, 4) + ocfg(ws_mode=5, ws_p=4) + sv(("mask",)) + P * 5
+    # alibi and sinks over the bytes of out, lse and the workspace (FINDING-8)
+    s["sv-sm-alibi-onto-out"] = (bytes([0 | SV, 1]) + shape(1, 2, 6, 6, 4, 4) + ocfg() +
+                                 sv(("alibi",), am=2 << 3 | 3 << 5) + P * 4)
+    s["sv-sm-sinks-onto-lse"] = (bytes([0 | SV, 1]) + shape(1, 2, 6, 6, 4, 4) + ocfg(lse_mode=1) +
+                                 sv(("sinks",), sm=1 | 2 << 3 | 4 << 5) + P * 4)
+    s["sv-sm-ws-onto-sinks"] = (bytes([0 | SV, 1]) + shape(1, 2, 6, 6, 4, 4) + ocfg(ws_mode=5, ws_p=4) +
+                                sv(("sinks",), sm=1) + P * 4)
+    # ---- softmax backward ----
+    s["sv-smb-gptoss"] = (bytes([1 | SV, 1 | 2]) + shape(2, 2, 66, 70, 8, 5) + ocfg(True, lse_mode=3, ws_mode=1) +
+                          sv(("window", "sinks", "dsinks"), wl=16, sm=1) + P * 8)
+    s["sv-smb-gemma"] = (bytes([1 | SV, 1 | 2]) + shape(1, 2, 33, 33, 8, 8) + ocfg(lse_mode=1) +
+                         sv(("window", "softcap", "alibi"), wl=8, wr=8, cap=20.0) + P * 8)
+    s["sv-smb-mask-seqs"] = (bytes([1 | SV, 1 | 2]) + shape(2, 1, 33, 33, 6, 6) + ocfg(True, lse_mode=1) +
+                             sv(("mask", "seqs", "sinks", "dsinks"), mm=1 | 2 << 1, seqs=3, seq_knull=True, sm=2) +
+                             P * 8 + M + bytes([0, 25]))
+    s["sv-smb-seqs-no-rows"] = (bytes([1 | SV, 1 | 2]) + shape(1, 1, 12, 17, 4, 4) + ocfg(lse_mode=1) +
+                                sv(("seqs",), seqs=3) + P * 8 + bytes([6, 6, 5, 15]))
+    s["sv-smb-f16-all"] = (bytes([1 | EXT | SV, 1 | 2]) + shape(1, 2, 12, 10, 6, 3) + ocfg(True, lse_mode=1) +
+                           sv(("window", "softcap", "alibi", "sinks", "dsinks", "mask"), wl=3, cap=4.0, sm=1, mm=1 | 2 << 1) +
+                           tviews("f16", "bf16", "f32", "f16", "bf16", "f32", "bf16", "f16") + tview("bf16"))
+    s["sv-smb-dsinks-no-sinks"] = bytes([1 | SV, 0]) + shape() + ocfg() + sv(("dsinks",)) + P * 8
+    s["sv-smb-dsinks-onto-sinks"] = bytes([1 | SV, 0]) + shape(1, 2) + ocfg() + sv(("sinks", "dsinks"), dm=4) + P * 8
+    s["sv-smb-dsinks-onto-q"] = bytes([1 | SV, 0]) + shape(1, 2) + ocfg() + sv(("sinks", "dsinks"), dm=3) + P * 8
+    s["sv-smb-dsinks-onto-mask"] = bytes([1 | SV, 0]) + shape(1, 2) + ocfg() + sv(("sinks", "dsinks", "mask"), dm=7) + P * 9
+    s["sv-smb-dsinks-top"] = bytes([1 | SV, 0]) + shape(1, 2) + ocfg() + sv(("sinks", "dsinks"), dm=6) + P * 8
+    s["sv-smb-mask-onto-dq"] = (bytes([1 | SV, 0]) + shape(1, 1, 6, 6, 6, 6) + ocfg() + sv(("mask",)) + P * 8 +
+                                view("alias", 0, 5, 0))
+    # ---- linear attention: the sequences apply, the score variants are refused ----
+    s["sv-lin-seqs-causal"] = (bytes([2 | SV, 1 | 4 | 8 * 30]) + shape(2, 1, 33, 33, 6, 5) + fcfg("positive", 12) +
+                               ocfg(True, ws_mode=1) + sv(("seqs",), seqs=3, seq_knull=True) + P * 4 + bytes([10, 30]))
+    s["sv-lin-seqs-unequal-elu1"] = (bytes([2 | SV, 1]) + shape(1, 2, 17, 31, 6, 5) + fcfg("elu1", 6) + ocfg() +
+                                     sv(("seqs",), seqs=4) + P * 4 + bytes([0, 5, 9, 3, 3, 20]))
+    s["sv-lin-mask"] = bytes([2 | SV, 0]) + shape() + fcfg("positive", 8) + ocfg() + sv(("mask",)) + P * 5
+    s["sv-lin-window"] = bytes([2 | SV, 0]) + shape() + fcfg("relu", 8) + ocfg() + sv(("window",), wl=3) + P * 4
+    s["sv-lin-softcap-sinks"] = bytes([2 | SV, 0]) + shape() + fcfg("trig", 8) + ocfg() + sv(("softcap", "sinks")) + P * 4
+    s["sv-linb-seqs"] = (bytes([3 | SV, 1]) + shape(2, 1, 33, 33, 5, 4) + fcfg("relu", 12) + ocfg(True, ws_mode=1) +
+                         sv(("seqs",), seqs=3) + P * 7 + bytes([11, 11, 20, 20]))
+    s["sv-linb-alibi"] = bytes([3 | SV, 0]) + shape() + fcfg("positive", 8) + ocfg() + sv(("alibi",)) + P * 7
+    s["sv-linb-mask"] = bytes([3 | SV, 0]) + shape() + fcfg("positive", 8) + ocfg() + sv(("mask",)) + P * 8
+
+    # ---- the recurrent state: favor_linear_extend refuses seqs and the variants ----
+    def step(kind, n=None, svb=b"", extra=b""):
+        b = bytes([kind, 0])
+        if kind % 8 < 5:
+            b += bytes([enc_len(n)])
+        return b + ocfg(True) + svb + P * 4 + extra
+    s["sv-state-extend"] = (bytes([5 | SV, 1]) + shape(2, 2, 1, 1, 6, 4) + fcfg("positive", 8) + bytes([0, 3]) +
+                            step(0, 9, sv(("seqs",), seqs=2), bytes([4, 4])) + step(0, 9, sv(("window",), wl=2)) +
+                            step(5, None, sv(("mask",)), P) + step(0, 9, sv()))
+    # harness regressions the fuzzer found (as it wrote them): variant buffers
+    # with opts NULL (not the call's: no overlap verdict), and FAVOR_WINDOW from
+    # the flag byte of an input without the extension on favor_linear_extend
+    s["sv-smb-opts-null"] = bytes.fromhex(
+        "210304bcbc0707ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"
+        "ffffffffffffffffffffffffffffffffffffffffffffffff0000000000000100070808420000000000000000"
+        "000000000000000000000000090000000000000000000000000000000000")
+    s["sv-state-window-flag"] = bytes.fromhex(
+        "0501050000050301070001000000030000080100000000000000000000000000000000000000000000000000"
+        "00fa00000000c10100000001000000000000000000000000000000000000000700")
+    return s
+
+
 def repros():
     r = {}
     # FINDING-1: uniform +-20 inputs (value mode 8), POSITIVE, causal, default scale:
@@ -419,6 +593,30 @@ def repros():
         "09020008ebeeeeeeeeee2929292929ee12eeeeee1111111111110eeeeef8eeeeeeeeeeeeeeeeeeeeeeeeeeee"
         "eeeeeeeeee000000565656565656d656565656565656565656565656565656565656565656565656565656"
         "5656560000000000000000000080ffff7ffff5000080")
+    # FINDING-8: alibi (own values 2^-8h/H, placed over out's bytes) accepted
+    # although out overlaps it; the call reads slopes it has overwritten.
+    r["finding8-alibi-overlaps-out"] = (bytes([0 | SV, 0]) + shape(1, 2, 6, 6, 4, 4) + ocfg() +
+                                        sv(("alibi",), am=2 << 3 | 3 << 5) + P * 4)
+    # FINDING-9: the workspace queries walk opts.seq_q unchecked: seq_q NULL is
+    # dereferenced, seqs = SIZE_MAX reads past the offsets (harness guard:
+    # fz_query_skip; the calls themselves refuse both)
+    r["finding9-query-seq-q-null"] = (bytes([0 | SV, 0]) + shape() + ocfg() +
+                                      sv(("seqs",), seqs=2, seq_kind="special", qp=0) + P * 4 + bytes([1, 1]))
+    r["finding9-query-seqs-max"] = (bytes([0 | SV, 0]) + shape() + ocfg() +
+                                    sv(("seqs",), seqs=2, seq_kind="special", qp=1) + P * 4 + bytes([1, 1]))
+    r["finding9-linear-query-seqs-max"] = (bytes([2 | SV, 0]) + shape() + fcfg("positive", 8) + ocfg() +
+                                           sv(("seqs",), seqs=2, seq_kind="special", qp=1) + P * 4 + bytes([1, 1]))
+    # FINDING-9 again: a mask with NULL data (the query takes row views of it:
+    # UBSan "applying zero offset to null pointer" in favor__rows), and the input
+    # the fuzzer found it with (60 s, seed 1)
+    r["finding9-query-mask-null-data"] = (bytes([0 | SV, 0]) + shape() + ocfg() + sv(("mask",)) + P * 4 +
+                                          view("null", 0, 0))
+    r["finding9-query-mask-fuzzer"] = bytes.fromhex(
+        "204d0439bc03030100000000000100600000000000000000000000000000000005050a1eacacacacacacacac"
+        "acacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacacac"
+        "acacacacacacacacacacacacacacacacacacac27")
+    # FINDING-10 (fixed on main in 4dfcd7e): linear attention accepted opts.mask
+    r["finding10-linear-mask"] = bytes([2 | SV, 0]) + shape() + fcfg("positive", 8) + ocfg() + sv(("mask",)) + P * 5
     return r
 
 
