@@ -140,11 +140,9 @@
  *       output is never NaN, nor inf unless it is fp16 (overflow: I12 decides).
  *   I13 backward calls: a key no row can see by the rules has zero dk and dv (always
  *       for the keys of a packed sequence without rows; under I4 for the others).
- * A known bug can be masked with a FINDING-n guard so fuzzing goes on (see
- * FINDINGS.md): FINDING-8 (alibi and sinks over an output's bytes are accepted:
- * such calls may go either way, get no value checks, no repeat or fp32 twin; the
- * workspace is never placed over them) and FINDING-9 (the workspace queries are
- * not asked with a NULL seq_q or seqs = SIZE_MAX: fz_query_skip). A backward call with fp32 q, k, v and
+ * FINDING-8 and FINDING-9 are fixed: an output over alibi's or sinks' bytes must
+ * be refused (the workspace is still never placed over them), and the workspace
+ * queries are asked with any offsets and masks. A backward call with fp32 q, k, v and
  * a 16-bit out, dout or gradient queries its workspace with a 16-bit view in
  * place of q, as the manual says (WORKSPACE; FINDING-5). */
 #include <float.h>
@@ -1505,7 +1503,6 @@ typedef struct {
  * alibi, sinks, dsinks, the mask and the sequences, and a parameter of the
  * sequences. Without the bit nothing is read, so older inputs decode as before. */
 static int g_sv_ext;
-static int g_sv_ptr_alias; /* FINDING-8: alibi or sinks share bytes with an output */
 static ptrdiff_t dec_win(unsigned b)
 {
     static const ptrdiff_t tab[] = {PTRDIFF_MAX, PTRDIFF_MIN, PTRDIFF_MAX / 2, (ptrdiff_t)1 << 40,
@@ -2023,7 +2020,7 @@ static void bind_sv(fz_ocfg *oc)
 }
 
 /* 1 when an alibi or sinks view shares a unit with an output of the call
- * (FINDING-8: the library does not check it) */
+ * (FINDING-8: the library did not check it) */
 static int ptr_overlap(const fz_ocfg *oc)
 {
     int i, j;
@@ -2038,21 +2035,6 @@ static int ptr_overlap(const fz_ocfg *oc)
         }
     }
     return 0;
-}
-
-/* FINDING-9 guard: the workspace queries walk opts.seq_q and take views of
- * opts.mask without checking either (a NULL seq_q is dereferenced, seqs =
- * SIZE_MAX reads past the offsets, a mask with NULL data gets offsets); the
- * harness skips the query (0) for those, which the call itself refuses */
-static int fz_query_skip(const fz_ocfg *oc)
-{
-#ifdef FZ_NO_GUARDS /* -DFZ_NO_GUARDS: see the findings again */
-    (void)oc;
-    return 0;
-#else
-    return oc->use_opts && ((oc->o.seqs && (!oc->o.seq_q || oc->o.seqs == SIZE_MAX)) ||
-                            (oc->o.mask && !oc->mask->mem_ok));
-#endif
 }
 
 /* the sequences the library sees are valid (rows of q and k as given) */
@@ -2116,17 +2098,9 @@ static void verdict_sv(fz_verdict *vd, fz_ocfg *oc, const fz_view *q, const fz_v
         if (o->sinks && !float_view_all(oc->sinks, 1, 0)) { fail = 1; why = "sinks NaN or +inf"; }
         if (grad && o->dsinks && !o->sinks) { fail = 1; why = "dsinks without sinks"; }
         if (grad && oc->dsinks_top) { fail = 1; why = "dsinks past the address space"; }
-#ifdef FZ_NO_GUARDS
-        if (ptr_overlap(oc) && !vd->must_fail) {
+        if (ptr_overlap(oc) && !vd->must_fail) { /* FINDING-8, fixed */
             vd->must_fail = 1;
             vd->why_fail = "alibi or sinks under an output (FINDING-8)";
-        }
-#endif
-        if (ptr_overlap(oc)) { /* FINDING-8 guard: either way, and no value checks */
-            vd->should_ok = 0;
-            g_twin_block = 1;
-            g_sv_ptr_alias = 1;
-            ctx("[FINDING-8: alibi or sinks overlap an output] ");
         }
     }
     if (fail && !vd->must_fail) {
@@ -2420,7 +2394,6 @@ static void reset_call(void)
     g_twin_block = 0;
     g_call_batch_set = 0;
     g_call_batch = 0;
-    g_sv_ptr_alias = 0;
     g_ctxn = 0;
     g_ctx[0] = 0;
 }
@@ -2604,7 +2577,7 @@ static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_
         FZ_FAIL("%s: a failed call changed a struct passed by pointer", what);
     if (s != FAVOR_OK) return s;
     check_outputs(what, want_finite);
-    if (repeat && oc && !oc->ws_alias && !g_sv_ptr_alias) { /* FINDING-8: the slopes are out's bytes */
+    if (repeat && oc && !oc->ws_alias) {
         /* the same call with the other kind of workspace and other output garbage */
         void *ws0 = oc->o.workspace;
         size_t sz0 = oc->o.workspace_size;
@@ -2784,8 +2757,7 @@ static void op_softmax(fz_rd *r, unsigned hflags)
     fill_views(r);
     fill_sv(r, &oc);
     bind_sv(&oc);
-    query = fz_query_skip(&oc) ? 0
-            : favor_softmax_attention_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    query = favor_softmax_attention_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
                           !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t));
@@ -2797,9 +2769,9 @@ static void op_softmax(fz_rd *r, unsigned hflags)
         ord[0] = a.q; ord[1] = a.k; ord[2] = a.v; ord[3] = a.o;
         verdict_dtype(&vd, ord, NULL, 4, any_nullptr(ord, 4));
     }
-    fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f) && !g_sv_ptr_alias;
+    fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f);
     s = run_protocol("favor_softmax_attention", call_softmax, &a, &vd, &oc, fin, hflags & 1, NULL, NULL, 0);
-    if (s == FAVOR_OK && !g_sv_ptr_alias) {
+    if (s == FAVOR_OK) {
         fz_vis V;
         vis_make(&V, &oc, a.q, a.k, 1);
         /* (FINDING-2, fixed in c993bf1: a NaN/inf value a row cannot see used to
@@ -2887,8 +2859,7 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
         rest[0] = a.o; rest[1] = a.g; rest[2] = a.dq; rest[3] = a.dk; rest[4] = a.dv;
         qq = bwd_query_q(&q16, &upper, 1, a.q, a.k, a.v, rest, 5);
     }
-    query = fz_query_skip(&oc) ? 0
-            : favor_softmax_attention_backward_workspace(qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    query = favor_softmax_attention_backward_workspace(qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok && a.g->mem_ok &&
                           a.dq->mem_ok && a.dk->mem_ok && a.dv->mem_ok &&
@@ -2910,10 +2881,10 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
         verdict_dtype(&vd, ord, gate, 8, any_nullptr(ord, 8));
     }
     fin = all_inprom() && scale_in_promise(oc.use_opts ? oc.o.scale : 0.0f) &&
-          (!a.lse || !a.lse->mem_ok || consistent) && !g_sv_ptr_alias;
+          (!a.lse || !a.lse->mem_ok || consistent);
     s = run_protocol("favor_softmax_attention_backward", call_softmax_bwd, &a, &vd, &oc, fin,
                      hflags & 1, NULL, NULL, 0);
-    if (s == FAVOR_OK && qq == &q16 && !g_sv_ptr_alias)
+    if (s == FAVOR_OK && qq == &q16)
         check_plain_query("favor_softmax_attention_backward", call_softmax_bwd, &a, &oc,
                                   favor_softmax_attention_backward_workspace(T(a.q), T(a.k), T(a.v), &oc.o));
     if (s == FAVOR_OK && fin) { /* a row that sees no key has no gradient, nor a key no row sees */
@@ -2997,8 +2968,7 @@ static void op_linear(fz_rd *r, unsigned hflags)
     a.f = fnull ? NULL : &g_f;
     place_views_sv(r, &oc, a.q, sh.hq);
     add_ignored_lse(&oc);
-    query = fz_query_skip(&oc) ? 0
-            : favor_linear_attention_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    query = favor_linear_attention_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_features(&vd, a.f, a.q->t.cols);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
@@ -3067,8 +3037,7 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
         rest[0] = a.g; rest[1] = a.dq; rest[2] = a.dk; rest[3] = a.dv;
         qq = bwd_query_q(&q16, &upper, 0, a.q, a.k, a.v, rest, 4);
     }
-    query = fz_query_skip(&oc) ? 0 :
-            favor_linear_attention_backward_workspace(a.f, qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
+    query = favor_linear_attention_backward_workspace(a.f, qq, T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_features(&vd, a.f, a.q->t.cols);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.g->mem_ok && a.dq->mem_ok &&
