@@ -23,7 +23,10 @@
  * single-thread read bandwidth it measures first (a streaming sum over 1 GiB);
  * one query row against the same cache in fp32, fp16 and bf16 side by side (GB/s
  * of the bytes read, speed-up over fp32); and favor_linear_step after the same
- * contexts, against the exact decode.
+ * contexts, against the exact decode. Last, the score variants of exact softmax
+ * attention (window, softcap, ALiBi, sinks, masks, packed sequences, their
+ * backward passes), each timed interleaved with its plain baseline against the
+ * targets of issue 24 (`--variants` runs that section alone).
  *
  * `favor_bench --help` lists the options; `--quick` is the smoke test that ctest
  * runs: tiny sizes, every method checked against a float64 reference.
@@ -1241,6 +1244,8 @@ typedef struct {
     double limit;
     int want_peer[P_COUNT];
     int decode, attention, backward;
+    int variants; /* the score variants' targets (issue 24) */
+    const char *variants_csv;
     int decode_step; /* the recurrent step's rows (off with --decode-softmax-only) */
     size_t decode_max;
     size_t decode_ds[MAX_LIST]; /* d of the exact decode rows: --d, kept under --quick */
@@ -1291,6 +1296,11 @@ static void usage(FILE *to)
             "                     step, no attention or backward tables)\n"
             "  --no-backward      skip the training-step (backward) benchmark\n"
             "  --backward-only    only the training-step benchmark\n"
+            "  --variants         only the score variants' targets (window, softcap,\n"
+            "                     ALiBi, sinks, masks, packed sequences, backward), each\n"
+            "                     timed against its plain baseline (about 3 minutes)\n"
+            "  --no-variants      skip them (--quick runs them on small shapes)\n"
+            "  --variants-csv F   write the variants' targets as CSV\n"
             "  --decode-max N     longest decoding context (1K, 4K, ... x4; the exact\n"
             "                     decode rows' K and V take 8 GiB at 1M, d = 128, and\n"
             "                     their fp16 and bf16 copies (d = 64) 4 GiB more)\n"
@@ -1358,7 +1368,7 @@ static int parse_args(int argc, char **argv, config *c)
     c->runs = 5;
     c->limit = 10.0;
     c->want_peer[P_BLAS_HSW] = c->want_peer[P_BLAS_DEF] = c->want_peer[P_TORCH] = 1;
-    c->decode = c->attention = c->backward = c->decode_step = 1;
+    c->decode = c->attention = c->backward = c->decode_step = c->variants = 1;
     c->decode_max = 1u << 20;
     c->half[0] = c->half_decode = 1;
     c->python = (env = getenv("FAVOR_BENCH_PYTHON")) && *env ? env : FAVOR_BENCH_PYTHON;
@@ -1387,17 +1397,23 @@ static int parse_args(int argc, char **argv, config *c)
         } else if (strcmp(a, "--no-decode") == 0) {
             c->decode = 0;
             used = 0;
+        } else if (strcmp(a, "--variants") == 0) {
+            c->attention = c->backward = c->decode = 0;
+            used = 0;
+        } else if (strcmp(a, "--no-variants") == 0) {
+            c->variants = 0;
+            used = 0;
         } else if (strcmp(a, "--decode-only") == 0) {
-            c->attention = c->backward = 0;
+            c->attention = c->backward = c->variants = 0;
             used = 0;
         } else if (strcmp(a, "--decode-softmax-only") == 0) {
-            c->attention = c->backward = c->decode_step = 0;
+            c->attention = c->backward = c->decode_step = c->variants = 0;
             used = 0;
         } else if (strcmp(a, "--no-backward") == 0) {
             c->backward = 0;
             used = 0;
         } else if (strcmp(a, "--backward-only") == 0) {
-            c->attention = c->decode = 0;
+            c->attention = c->decode = c->variants = 0;
             used = 0;
         } else if (!v) {
             fprintf(stderr, "favor_bench: %s: unknown option, or its value is missing\n", a);
@@ -1462,6 +1478,8 @@ static int parse_args(int argc, char **argv, config *c)
             if (parse_size(v, &c->decode_max) != 0) return -1;
         } else if (strcmp(a, "--csv") == 0) {
             c->csv = v;
+        } else if (strcmp(a, "--variants-csv") == 0) {
+            c->variants_csv = v;
         } else if (strcmp(a, "--json") == 0) {
             c->json = v;
         } else if (strcmp(a, "--python") == 0) {
@@ -2849,6 +2867,568 @@ static void print_half_summary(const config *c)
     free(v);
 }
 
+/* ------------------------------------------------------------------------- */
+/* Score variants of exact softmax attention (issue 24): each against its      */
+/* plain baseline, timed interleaved in the same run                          */
+/* ------------------------------------------------------------------------- */
+
+enum { VC_FWD, VC_BWD, VC_SEQS };
+
+/* One call of a variant group: a forward, a backward (o and lse from a forward
+ * with the same options, made before timing), or the per-sequence forwards of a
+ * packed batch one after another (VC_SEQS: opt has no seqs; off[] the rows). */
+typedef struct {
+    const char *name;
+    int kind;
+    favor_tensor q, k, v, o, g, dq, dk, dv;
+    favor_options opt;
+    size_t nseq;
+    const size_t *off;
+    favor_status status;
+    void *ws;
+    timing t;
+    double cpu; /* median CPU time of the process per call (all its threads) */
+    double *wall_at, *cpu_at; /* per round (var_time_group; var_group_free frees) */
+    int rounds;
+} var_call;
+
+static double cpu_now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* a view of rows [r0, r1) of every head of a packed tensor */
+static favor_tensor var_rows(const favor_tensor *t, size_t r0, size_t r1)
+{
+    favor_tensor s = *t;
+    s.data = (float *)t->data + r0 * t->row_stride;
+    s.rows = r1 - r0;
+    return s;
+}
+
+static int var_call_run(void *p)
+{
+    var_call *c = (var_call *)p;
+    size_t s;
+    if (c->kind == VC_FWD) {
+        c->status = favor_softmax_attention(&c->q, &c->k, &c->v, &c->o, &c->opt);
+    } else if (c->kind == VC_BWD) {
+        c->status = favor_softmax_attention_backward(&c->q, &c->k, &c->v, &c->o, &c->g, &c->dq,
+                                                     &c->dk, &c->dv, &c->opt);
+    } else {
+        c->status = FAVOR_OK;
+        for (s = 0; s < c->nseq && c->status == FAVOR_OK; ++s) {
+            favor_tensor q = var_rows(&c->q, c->off[s], c->off[s + 1]);
+            favor_tensor k = var_rows(&c->k, c->off[s], c->off[s + 1]);
+            favor_tensor v = var_rows(&c->v, c->off[s], c->off[s + 1]);
+            favor_tensor o = var_rows(&c->o, c->off[s], c->off[s + 1]);
+            c->status = favor_softmax_attention(&q, &k, &v, &o, &c->opt);
+        }
+    }
+    return c->status != FAVOR_OK;
+}
+
+/* Sizes and allocates the call's workspace (forward and backward: the larger). */
+static void var_call_ready(var_call *c)
+{
+    size_t ws = 0, s, w;
+    if (c->kind == VC_SEQS) {
+        for (s = 0; s < c->nseq; ++s) {
+            favor_tensor q = var_rows(&c->q, c->off[s], c->off[s + 1]);
+            favor_tensor k = var_rows(&c->k, c->off[s], c->off[s + 1]);
+            favor_tensor v = var_rows(&c->v, c->off[s], c->off[s + 1]);
+            w = favor_softmax_attention_workspace(&q, &k, &v, &c->opt);
+            if (w > ws) ws = w;
+        }
+    } else {
+        ws = favor_softmax_attention_workspace(&c->q, &c->k, &c->v, &c->opt);
+        if (c->kind == VC_BWD) {
+            w = favor_softmax_attention_backward_workspace(&c->q, &c->k, &c->v, &c->opt);
+            if (w > ws) ws = w;
+        }
+    }
+    c->ws = ws ? xmalloc(ws) : NULL;
+    c->opt.workspace = c->ws;
+    c->opt.workspace_size = ws;
+}
+
+/* the median of count values (sorted in place) */
+static double var_median(double *x, int count)
+{
+    qsort(x, (size_t)count, sizeof *x, cmp_double);
+    return count % 2 ? x[count / 2] : 0.5 * (x[count / 2 - 1] + x[count / 2]);
+}
+
+/* the median over the rounds of a's sample over b's in the same round */
+static double var_paired(const double *a, const double *b, int rounds)
+{
+    double x[256];
+    int r;
+    for (r = 0; r < rounds; ++r) x[r] = a[r] / b[r];
+    return var_median(x, rounds);
+}
+
+/* Times the k calls of a group interleaved: a warm-up call each, then `rounds`
+ * rounds (three times as many when a round takes less than 3 s, at most 80) in
+ * which each call gives one sample (a batch of calls of >= min_sample seconds,
+ * one call when a call is longer), the order rotating from round to round; each
+ * call's median and minimum wall time, median CPU time and its samples in round
+ * order. Returns the index of a call that failed, or -1. */
+static int var_time_group(var_call *calls, int k, int rounds, double min_sample)
+{
+    int batch[16], i, r, b;
+    double round_s = 0, *ts, *cs, *sorted;
+    for (i = 0; i < k; ++i) {
+        double t0 = now_s(), warm;
+        if (var_call_run(&calls[i])) return i;
+        warm = now_s() - t0;
+        batch[i] = warm >= min_sample ? 1 : warm > 0 ? (int)(min_sample / warm) + 1 : 1000;
+        if (batch[i] > 1000) batch[i] = 1000;
+        round_s += warm * batch[i];
+    }
+    if (min_sample > 0 && round_s < 3.0) rounds *= 3;
+    if (rounds > 80) rounds = 80;
+    ts = (double *)xmalloc((size_t)(2 * k * rounds) * sizeof *ts);
+    cs = ts + k * rounds;
+    for (r = 0; r < rounds; ++r)
+        for (i = 0; i < k; ++i) {
+            int at = (i + r) % k;
+            double t0 = now_s(), c0 = cpu_now_s();
+            for (b = 0; b < batch[at]; ++b)
+                if (var_call_run(&calls[at])) {
+                    free(ts);
+                    return at;
+                }
+            ts[at * rounds + r] = (now_s() - t0) / batch[at];
+            cs[at * rounds + r] = (cpu_now_s() - c0) / batch[at];
+        }
+    sorted = (double *)xmalloc((size_t)rounds * sizeof *sorted);
+    for (i = 0; i < k; ++i) {
+        calls[i].wall_at = ts + i * rounds;
+        calls[i].cpu_at = cs + i * rounds;
+        calls[i].rounds = rounds;
+        memcpy(sorted, calls[i].wall_at, (size_t)rounds * sizeof *sorted);
+        calls[i].t.median = var_median(sorted, rounds);
+        calls[i].t.min = sorted[0];
+        calls[i].t.runs = rounds * batch[i];
+        calls[i].t.err = -1;
+        memcpy(sorted, calls[i].cpu_at, (size_t)rounds * sizeof *sorted);
+        calls[i].cpu = var_median(sorted, rounds);
+    }
+    free(sorted);
+    return -1;
+}
+
+static void var_group_free(var_call *calls, int k)
+{
+    int i;
+    for (i = 0; i < k; ++i) free(calls[i].ws);
+    free(calls[0].wall_at); /* every call's samples, in one block */
+    calls[0].wall_at = NULL;
+}
+
+static FILE *var_csv;
+
+/* "family F, model M" of /proc/cpuinfo (x86), or the backend's name */
+static void cpu_family(char *out, size_t len)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    int fam = -1, model = -1;
+    if (f) {
+        while (fgets(line, sizeof line, f) && (fam < 0 || model < 0)) {
+            const char *colon = strchr(line, ':');
+            if (!colon) continue;
+            if (strncmp(line, "cpu family", 10) == 0) fam = atoi(colon + 1);
+            if (strncmp(line, "model\t", 6) == 0) model = atoi(colon + 1);
+        }
+        fclose(f);
+    }
+    if (fam >= 0)
+        snprintf(out, len, "family %d, model %d, favor.h %s", fam, model, favor_backend());
+    else
+        snprintf(out, len, "favor.h %s", favor_backend());
+}
+static int var_quick, var_pass, var_miss;
+
+/* One target line (and CSV row): the variant's time against the baseline's.
+ * higher = 0: ratio = variant / baseline, within bound when <= bound; higher =
+ * 1: ratio = baseline / variant (a speed-up), within bound when >= bound. */
+static void var_target(const char *target, const char *shape, const var_call *a,
+                       const var_call *b, double bound, int higher)
+{
+    char ta[32], tb[32], cr[16];
+    double ratio = higher ? var_paired(b->wall_at, a->wall_at, a->rounds)
+                          : var_paired(a->wall_at, b->wall_at, a->rounds);
+    double cratio = var_paired(a->cpu_at, b->cpu_at, a->rounds); /* not for threads */
+    int ok = higher ? ratio >= bound : ratio <= bound, cok = cratio <= bound;
+    fmt_time(ta, sizeof ta, a->t.median);
+    fmt_time(tb, sizeof tb, b->t.median);
+    if (higher) /* the cores the threaded call got: its CPU time over its wall time */
+        snprintf(cr, sizeof cr, "%6.2fc", a->cpu / a->t.median);
+    else
+        snprintf(cr, sizeof cr, "%7.3f%s", cratio, var_quick ? "" : cok ? " " : "!");
+    printf("%-24s %-36s %11s %11s %7.3f %s %2s %6.3f  %s\n", target, shape, ta, tb, ratio, cr,
+           higher ? ">=" : "<=", bound, var_quick ? "-" : ok ? "PASS" : "MISS");
+    if (!var_quick) {
+        if (ok)
+            ++var_pass;
+        else
+            ++var_miss;
+    }
+    if (var_csv) {
+        fprintf(var_csv, "%s,\"%s\",%s,%s,%.6e,%.6e,%.6e,%d,%.6e,%.6e,%.6e,%d,%.4f,", target,
+                shape, a->name, b->name, a->t.median, a->t.min, a->cpu, a->t.runs, b->t.median,
+                b->t.min, b->cpu, b->t.runs, ratio);
+        if (!higher) fprintf(var_csv, "%.4f", cratio);
+        fprintf(var_csv, ",%s,%.4f,%s\n", higher ? ">=" : "<=", bound,
+                var_quick ? "" : ok ? "PASS" : "MISS");
+        fflush(var_csv);
+    }
+    fflush(stdout);
+}
+
+/* A call of the group on packed views of the pools (heads_q = heads_kv). */
+static void var_set(var_call *c, const char *name, int kind, float *q, float *k, float *v,
+                    float *o, size_t heads, size_t n, size_t n_k, size_t d, unsigned flags)
+{
+    memset(c, 0, sizeof *c);
+    c->name = name;
+    c->kind = kind;
+    c->q = favor_tensor_packed(q, heads, n, d);
+    c->k = favor_tensor_packed(k, heads, n_k, d);
+    c->v = favor_tensor_packed(v, heads, n_k, d);
+    c->o = favor_tensor_packed(o, heads, n, d);
+    c->opt = favor_default_options();
+    c->opt.flags = flags;
+    c->opt.threads = 1;
+}
+
+static int var_failed(var_call *calls, int bad)
+{
+    printf("  %s failed: %s\n", calls[bad].name, favor_status_string(calls[bad].status));
+    return 1;
+}
+
+/* Readies the k calls of a group and times them (var_time_group): 1 when they
+ * ran, 0 (counted in *failures, the failed call named) when one failed. */
+static int var_run(var_call *g, int k, int rounds, double sample, int *failures)
+{
+    int i, bad;
+    for (i = 0; i < k; ++i) var_call_ready(&g[i]);
+    if ((bad = var_time_group(g, k, rounds, sample)) < 0) return 1;
+    *failures += var_failed(g, bad);
+    return 0;
+}
+
+/* Softcap 30, the ALiBi slopes and the sinks, each against the plain call g[0]
+ * (set by the caller) in one group of four: the decode or the prefill targets.
+ * Returns 1 when a call failed. */
+static int var_mods(var_call *g, int decode, const char *shape, int rounds, double sample,
+                    const float *alibi, const float *sinks)
+{
+    static const char *const names[2][3] = {{"softcap", "alibi", "sinks"},
+                                            {"softcap_decode", "alibi_decode", "sinks_decode"}};
+    static const char *const targets[2][3] = {
+        {"softcap prefill", "alibi prefill", "sinks prefill"},
+        {"softcap decode", "alibi decode", "sinks decode"}};
+    static const double bounds[3] = {1.25, 1.1, 1.1};
+    int i, failed = 0;
+    for (i = 1; i < 4; ++i) {
+        g[i] = g[0];
+        g[i].name = names[decode][i - 1];
+    }
+    g[1].opt.softcap = 30.0f;
+    g[2].opt.alibi = alibi;
+    g[3].opt.sinks = sinks;
+    if (var_run(g, 4, rounds, sample, &failed))
+        for (i = 1; i < 4; ++i) var_target(targets[decode][i - 1], shape, &g[i], &g[0],
+                                           bounds[i - 1], 0);
+    var_group_free(g, 4);
+    return failed;
+}
+
+/* Returns the number of failures (calls that failed; under --quick also a packed
+ * call whose output differs in a bit from its sequences' own calls). */
+static int run_variants(const config *c, const char *cpu)
+{
+    /* full run / --quick shapes */
+    const int q = c->quick;
+    const size_t d = 64, H = 8;
+    const size_t win_n = q ? 1024 : 32768, win_w = q ? 128 : 4096, win_h = 2;
+    const size_t dec_ctx = q ? 8192 : 131072, dec_w = q ? 512 : 4096;
+    const size_t dec_plain = dec_w, dec_var = q ? 1024 : 16384;
+    const size_t pre_n = q ? 256 : 4096, doc_n = q ? 512 : 8192, bwd_n = q ? 256 : 4096;
+    const size_t bwd_w = bwd_n / 2;
+    static const size_t lens_full[8] = {100, 300, 500, 800, 1100, 1400, 1700, 2000};
+    size_t off[9], pk_n, i, s, pool, h, r;
+    const int rounds = c->runs < 5 ? 5 : c->runs;
+    const double dec_sample = q ? 0 : 0.02, min_sample = q ? 0 : 0.005;
+    float *Q, *K, *V, *O, *O2, *G, *DQ, *DK, *DV, *mask = NULL, *mask2 = NULL, *lse;
+    float *kc, *vc, alibi[8], sinks[8], dsinks[8];
+    favor_tensor mt, mt2;
+    var_call g[8];
+    char shape[96], cpu_id[64];
+    int bad, failures = 0;
+    double t_start = now_s(), pairs_w, pairs_c;
+
+    var_quick = q;
+    var_pass = var_miss = 0;
+    cpu_family(cpu_id, sizeof cpu_id);
+    for (h = 0; h < 8; ++h) {
+        alibi[h] = (float)pow(2.0, -8.0 * (double)(h + 1) / 8.0); /* BLOOM's slopes */
+        sinks[h] = 0.5f * (float)h - 1.0f;
+    }
+    off[0] = 0;
+    for (s = 0; s < 8; ++s) off[s + 1] = off[s] + (q ? lens_full[s] / 10 : lens_full[s]);
+    pk_n = off[8];
+
+    printf("\nScore variants of exact softmax attention (issue 24's targets)\n"
+           "on %s (%s):\n"
+           "fp32, d = %zu, one thread unless said. Each variant is timed with its plain\n"
+           "baseline in the same rounds, interleaved: a warm-up call each, then ",
+           cpu, cpu_id, d);
+    if (q)
+        printf("%d rounds\nof one call each. ", rounds);
+    else
+        printf("%d rounds\n(%d when a round is under 3 s), a sample a batch of calls of >= %g ms "
+               "(%g ms\nfor decode). ",
+               rounds, 3 * rounds, 1e3 * min_sample, 1e3 * dec_sample);
+    printf("Median wall times; ratio = the median over the rounds of the\n"
+           "variant's time over the baseline's in the same round (threads: 1-thread\n"
+           "over 2-thread time), judged against the bound; cpu = the same ratio of\n"
+           "the process's CPU times, which a core shared with other processes inflates\n"
+           "less ('!': past the bound); for the 2-thread call, the cores it got (its CPU\n"
+           "time over its wall time: 2.00c when both threads ran throughout). Inputs\n"
+           "Q, K ~ N(0, 0.5^2), V ~ N(0, 1); ALiBi slopes 2^(-8(h+1)/8), sinks\n"
+           "0.5 h - 1, softcap 30.\n");
+    if (q)
+        printf("--quick: reduced shapes, times not judged (PASS/MISS only in the full run);\n"
+               "the packed call is checked bit for bit against its sequences' own calls.\n");
+    if (c->variants_csv && !q) {
+        var_csv = fopen(c->variants_csv, "w");
+        if (!var_csv)
+            fprintf(stderr, "favor_bench: cannot write %s: %s\n", c->variants_csv,
+                    strerror(errno));
+        else
+            fprintf(var_csv, "# cpu: %s (%s); fp32, d = %zu, 1 thread unless the target says "
+                             "otherwise; times in seconds, medians of >= %d rounds; load "
+                             "average at start %.2f\n"
+                             "target,shape,variant,baseline,variant_s,variant_min_s,"
+                             "variant_cpu_s,variant_calls,baseline_s,baseline_min_s,"
+                             "baseline_cpu_s,baseline_calls,ratio,cpu_ratio,cmp,bound,result\n",
+                    cpu, cpu_id, d, rounds, load_average());
+    }
+    printf("\n%-24s %-36s %11s %11s %7s %7s %9s  %s\n", "target", "shape", "variant",
+           "baseline", "ratio", "cpu", "bound", "result");
+
+    pool = H * doc_n * d; /* the largest prefill */
+    if (win_h * win_n * d > pool) pool = win_h * win_n * d;
+    if (H * pk_n * d > pool) pool = H * pk_n * d;
+    Q = alloc_floats(pool);
+    K = alloc_floats(pool);
+    V = alloc_floats(pool);
+    O = alloc_floats(pool);
+    O2 = alloc_floats(pool);
+    fill_normal_par(Q, pool, 0.5, c->seed + 101);
+    fill_normal_par(K, pool, 0.5, c->seed + 102);
+    fill_normal_par(V, pool, 1.0, c->seed + 103);
+
+    /* 1. Window w at n, causal, against the full causal call. */
+    var_set(&g[0], "window", VC_FWD, Q, K, V, O, win_h, win_n, win_n, d,
+            FAVOR_CAUSAL | FAVOR_WINDOW);
+    g[0].opt.window_left = (ptrdiff_t)win_w;
+    g[0].opt.window_right = 0;
+    var_set(&g[1], "causal", VC_FWD, Q, K, V, O2, win_h, win_n, win_n, d, FAVOR_CAUSAL);
+    if (var_run(g, 2, rounds, min_sample, &failures)) {
+        snprintf(shape, sizeof shape, "n=%zu w=%zu h=%zu causal", win_n, win_w, win_h);
+        var_target("window prefill", shape, &g[0], &g[1], 1.2 * 2.0 * (double)win_w / (double)win_n,
+                   0);
+    }
+    var_group_free(g, 2);
+
+    /* 2. Decode: one row, window dec_w over dec_ctx cached keys, against a plain
+     * decode over dec_w keys; then softcap, ALiBi, sinks over dec_var keys (a
+     * group of its own, so that neither group's keys evict the other's). */
+    kc = alloc_floats(H * dec_ctx * d);
+    vc = alloc_floats(H * dec_ctx * d);
+    fill_normal_par(kc, H * dec_ctx * d, 0.5, c->seed + 104);
+    fill_normal_par(vc, H * dec_ctx * d, 1.0, c->seed + 105);
+    var_set(&g[0], "window_decode", VC_FWD, Q, kc, vc, O, H, 1, dec_ctx, d,
+            FAVOR_CAUSAL | FAVOR_WINDOW);
+    g[0].opt.window_left = (ptrdiff_t)dec_w;
+    g[0].opt.window_right = 0;
+    var_set(&g[1], "decode", VC_FWD, Q, kc, vc, O2, H, 1, dec_plain, d, FAVOR_CAUSAL);
+    g[1].k.head_stride = g[1].v.head_stride = dec_ctx * d; /* views of the same cache */
+    if (var_run(g, 2, rounds, dec_sample, &failures)) {
+        snprintf(shape, sizeof shape, "1 row, w=%zu of %zu vs %zu keys", dec_w, dec_ctx,
+                 dec_plain);
+        var_target("window decode", shape, &g[0], &g[1], 1.2, 0);
+    }
+    var_group_free(g, 2);
+    var_set(&g[0], "decode", VC_FWD, Q, kc, vc, O2, H, 1, dec_var, d, FAVOR_CAUSAL);
+    g[0].k.head_stride = g[0].v.head_stride = dec_ctx * d;
+    snprintf(shape, sizeof shape, "1 row, %zu keys, 8/8 heads", dec_var);
+    failures += var_mods(g, 1, shape, rounds, dec_sample, alibi, sinks);
+    free(kc);
+    free(vc);
+
+    /* 3. Prefill n = pre_n, causal: softcap, ALiBi, sinks against plain. */
+    var_set(&g[0], "causal", VC_FWD, Q, K, V, O, H, pre_n, pre_n, d, FAVOR_CAUSAL);
+    snprintf(shape, sizeof shape, "n=%zu causal", pre_n);
+    failures += var_mods(g, 0, shape, rounds, min_sample, alibi, sinks);
+
+    /* 4. A dense mask [1][n][n] of finite values, non-causal, against plain. */
+    mask = alloc_floats(pre_n * pre_n);
+    fill_normal_par(mask, pre_n * pre_n, 1.0, c->seed + 106);
+    mt = favor_tensor_packed(mask, 1, pre_n, pre_n);
+    var_set(&g[0], "dense_mask", VC_FWD, Q, K, V, O, H, pre_n, pre_n, d, 0);
+    g[0].opt.mask = &mt;
+    var_set(&g[1], "noncausal", VC_FWD, Q, K, V, O2, H, pre_n, pre_n, d, 0);
+    if (var_run(g, 2, rounds, min_sample, &failures)) {
+        snprintf(shape, sizeof shape, "n=%zu [1][n][n] fp32", pre_n);
+        var_target("dense mask prefill", shape, &g[0], &g[1], 1.2, 0);
+    }
+    var_group_free(g, 2);
+    free(mask);
+
+    /* 5. A document mask of 8 equal documents (0 inside, -inf outside) against
+     * the same call with a dense finite mask, and that against plain. */
+    mask = alloc_floats(doc_n * doc_n);
+    mask2 = alloc_floats(doc_n * doc_n);
+    fill_normal_par(mask2, doc_n * doc_n, 1.0, c->seed + 107);
+    for (r = 0; r < doc_n; ++r)
+        for (i = 0; i < doc_n; ++i)
+            mask[r * doc_n + i] = r / (doc_n / 8) == i / (doc_n / 8) ? 0.0f : -INFINITY;
+    mt = favor_tensor_packed(mask, 1, doc_n, doc_n);
+    mt2 = favor_tensor_packed(mask2, 1, doc_n, doc_n);
+    var_set(&g[0], "document_mask", VC_FWD, Q, K, V, O, H, doc_n, doc_n, d, 0);
+    g[0].opt.mask = &mt;
+    var_set(&g[1], "dense_mask", VC_FWD, Q, K, V, O2, H, doc_n, doc_n, d, 0);
+    g[1].opt.mask = &mt2;
+    var_set(&g[2], "noncausal", VC_FWD, Q, K, V, O2, H, doc_n, doc_n, d, 0);
+    if (var_run(g, 3, rounds, min_sample, &failures)) {
+        snprintf(shape, sizeof shape, "n=%zu 8 docs vs dense mask", doc_n);
+        var_target("document mask", shape, &g[0], &g[1], 1.3 / 8.0, 0);
+        snprintf(shape, sizeof shape, "n=%zu [1][n][n] fp32", doc_n);
+        var_target("dense mask prefill", shape, &g[1], &g[2], 1.2, 0);
+    }
+    var_group_free(g, 3);
+    free(mask);
+    free(mask2);
+
+    /* 6. Packed batch of 8 causal sequences: the packed call against the sum of
+     * the per-sequence calls (1 thread), and 2 threads against 1. */
+    var_set(&g[0], "packed", VC_FWD, Q, K, V, O, H, pk_n, pk_n, d, FAVOR_CAUSAL);
+    g[0].opt.seqs = 8;
+    g[0].opt.seq_q = off;
+    var_set(&g[1], "per_sequence_sum", VC_SEQS, Q, K, V, O2, H, pk_n, pk_n, d, FAVOR_CAUSAL);
+    g[1].nseq = 8;
+    g[1].off = off;
+    g[2] = g[0];
+    g[2].name = "packed_2_threads";
+    g[2].opt.threads = 2;
+    if (var_run(g, 3, rounds, min_sample, &failures)) {
+        snprintf(shape, sizeof shape, "8 seqs %zu..%zu (n=%zu) causal", off[1], off[8] - off[7],
+                 pk_n);
+        var_target("packed vs per-sequence", shape, &g[0], &g[1], 1.1, 0);
+        var_target("packed threads 2 vs 1", shape, &g[2], &g[0], 1.8, 1);
+        if (q) { /* the packed call gives the bits of its sequences' own calls */
+            var_call_run(&g[0]);
+            var_call_run(&g[1]);
+            for (h = 0; h < H; ++h)
+                if (memcmp(O + h * pk_n * d, O2 + h * pk_n * d, pk_n * d * sizeof(float)) != 0)
+                    break;
+            printf("  packed call %s its sequences' own calls bit for bit\n",
+                   h == H ? "matches" : "DIFFERS from");
+            if (h != H) ++failures;
+        }
+    }
+    var_group_free(g, 3);
+
+    /* 7. Backward passes, n = bwd_n, causal: each option against the plain
+     * backward; o and lse from a forward with the same options. */
+    {
+        static const char *const names[6] = {"backward",        "window_backward",
+                                             "softcap_backward", "alibi_backward",
+                                             "sinks_backward",   "mask_backward"};
+        float *outs = alloc_floats(6 * H * bwd_n * d);
+        size_t len = H * bwd_n * d;
+        G = alloc_floats(len);
+        DQ = alloc_floats(len);
+        DK = alloc_floats(len);
+        DV = alloc_floats(len);
+        lse = alloc_floats(6 * H * bwd_n);
+        mask = alloc_floats(bwd_n * bwd_n);
+        fill_normal(G, len, 1.0, c->seed + 108);
+        fill_normal_par(mask, bwd_n * bwd_n, 1.0, c->seed + 109);
+        mt = favor_tensor_packed(mask, 1, bwd_n, bwd_n);
+        for (i = 0; i < 6; ++i) {
+            var_set(&g[i], names[i], VC_BWD, Q, K, V, outs + i * len, H, bwd_n, bwd_n, d,
+                    FAVOR_CAUSAL);
+            g[i].g = favor_tensor_packed(G, H, bwd_n, d);
+            g[i].dq = favor_tensor_packed(DQ, H, bwd_n, d);
+            g[i].dk = favor_tensor_packed(DK, H, bwd_n, d);
+            g[i].dv = favor_tensor_packed(DV, H, bwd_n, d);
+            g[i].opt.lse = lse + i * H * bwd_n;
+        }
+        g[1].opt.flags |= FAVOR_WINDOW;
+        g[1].opt.window_left = (ptrdiff_t)bwd_w;
+        g[1].opt.window_right = 0;
+        g[2].opt.softcap = 30.0f;
+        g[3].opt.alibi = alibi;
+        g[4].opt.sinks = sinks;
+        g[4].opt.dsinks = dsinks;
+        g[5].opt.mask = &mt;
+        bad = -1;
+        for (i = 0; i < 6; ++i) {
+            var_call_ready(&g[i]);
+            g[i].status = favor_softmax_attention(&g[i].q, &g[i].k, &g[i].v, &g[i].o, &g[i].opt);
+            if (g[i].status != FAVOR_OK && bad < 0) bad = (int)i;
+        }
+        if (bad >= 0 || (bad = var_time_group(g, 6, rounds, min_sample)) >= 0)
+            failures += var_failed(g, bad);
+        else {
+            /* the window's work: its (row, key) pairs over the causal ones */
+            pairs_c = 0.5 * (double)bwd_n * (double)(bwd_n + 1);
+            pairs_w = 0;
+            for (r = 0; r < bwd_n; ++r) pairs_w += (double)(r < bwd_w ? r + 1 : bwd_w + 1);
+            snprintf(shape, sizeof shape, "n=%zu w=%zu causal (x%.3f)", bwd_n, bwd_w,
+                     pairs_w / pairs_c);
+            var_target("window backward", shape, &g[1], &g[0], 1.3 * pairs_w / pairs_c, 0);
+            snprintf(shape, sizeof shape, "n=%zu causal", bwd_n);
+            var_target("softcap backward", shape, &g[2], &g[0], 1.3, 0);
+            var_target("alibi backward", shape, &g[3], &g[0], 1.3, 0);
+            var_target("sinks backward", shape, &g[4], &g[0], 1.3, 0);
+            snprintf(shape, sizeof shape, "n=%zu causal, [1][n][n] fp32", bwd_n);
+            var_target("mask backward", shape, &g[5], &g[0], 1.3, 0);
+        }
+        var_group_free(g, 6);
+        free(outs);
+        free(G);
+        free(DQ);
+        free(DK);
+        free(DV);
+        free(lse);
+        free(mask);
+    }
+    free(Q);
+    free(K);
+    free(V);
+    free(O);
+    free(O2);
+    if (!q)
+        printf("%d of %d targets met (%.1f s)\n", var_pass, var_pass + var_miss,
+               now_s() - t_start);
+    if (var_csv) {
+        fclose(var_csv);
+        var_csv = NULL;
+    }
+    return failures;
+}
+
 static const char *const peer_title[P_COUNT] = {"BLAS-Haswell", "BLAS-default", "torch"};
 static const char *const peer_id[P_COUNT] = {"openblas_haswell", "openblas_default", "torch"};
 
@@ -2972,14 +3552,16 @@ int main(int argc, char **argv)
     if (c.csv) csv_open(c.csv, peers);
 
     /* The table. */
-    printf("%-7s %-6s %4s %6s %3s | %11s %8s %6s", "method", "causal", "d", "n", "thr", "favor",
-           "GFLOP/s", "%peak");
-    for (hi = 0; hi < N_HALF; ++hi)
-        if (c.half[hi]) printf(" | %11s %6s", hi ? "favor bf16" : "favor f16", "/fp32");
-    for (p = 0; p < P_COUNT; ++p)
-        if (peers[p].up) printf(" | %12s %6s", peers[p].title, "ratio");
-    printf("\n");
-    fflush(stdout);
+    if (c.attention) {
+        printf("%-7s %-6s %4s %6s %3s | %11s %8s %6s", "method", "causal", "d", "n", "thr",
+               "favor", "GFLOP/s", "%peak");
+        for (hi = 0; hi < N_HALF; ++hi)
+            if (c.half[hi]) printf(" | %11s %6s", hi ? "favor bf16" : "favor f16", "/fp32");
+        for (p = 0; p < P_COUNT; ++p)
+            if (peers[p].up) printf(" | %12s %6s", peers[p].title, "ratio");
+        printf("\n");
+        fflush(stdout);
+    }
 
     for (di = 0; di < c.nds && c.attention; ++di)
         for (mi = 0; mi < M_COUNT; ++mi)
@@ -2997,6 +3579,8 @@ int main(int argc, char **argv)
     if (c.decode) failures += run_decode(&c, &checks);
 
     if (c.backward) failures += run_backward(&c, peers);
+
+    if (c.variants) failures += run_variants(&c, cpu);
 
     for (p = 0; p < P_COUNT; ++p) peer_stop(&peers[p]);
 
