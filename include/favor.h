@@ -1209,20 +1209,30 @@ static void favor__elu1_array(float *y, const float *x, size_t n)
  * samples every backend. The scalar and vector versions give the same bits.
  * One text for both, as the exp. */
 #define FAVOR__DEFINE_TANH(NAME, VF, VU, P)                                         \
-    static inline VF NAME(VF x)                                                     \
+    static inline VF NAME##_poly(VF a) /* tanh(a) for 0 <= a < 0.625 */             \
     {                                                                               \
-        VU sign = P##iand(P##asint(x), P##iset1(0x80000000u));                      \
-        VF a = P##asfloat(P##iand(P##asint(x), P##iset1(0x7fffffffu))); /* |x| */   \
-        VF a2 = P##mul(a, a), p, small, big, r;                                     \
+        VF a2 = P##mul(a, a), p;                                                    \
         p = P##fma(P##set1(-5.704978481e-3f), a2, P##set1(2.063907869e-2f));        \
         p = P##fma(p, a2, P##set1(-5.373971164e-2f));                               \
         p = P##fma(p, a2, P##set1(1.333144158e-1f));                                \
         p = P##fma(p, a2, P##set1(-3.333328068e-1f));                               \
-        small = P##fma(P##mul(a, a2), p, a);                                        \
+        return P##fma(P##mul(a, a2), p, a);                                         \
+    }                                                                               \
+    static inline VF NAME(VF x)                                                     \
+    {                                                                               \
+        VU sign = P##iand(P##asint(x), P##iset1(0x80000000u));                      \
+        VF a = P##asfloat(P##iand(P##asint(x), P##iset1(0x7fffffffu))); /* |x| */   \
+        VF small = NAME##_poly(a), big, r;                                          \
         big = P##add(P##exp(P##add(a, a)), P##set1(1.0f));                          \
         big = P##sub(P##set1(1.0f), P##div(P##set1(2.0f), big));                    \
         r = P##pos_select(P##sub(P##set1(0.625f), a), small, big); /* a < 0.625 */  \
         return P##asfloat(P##ior(P##asint(r), sign));                               \
+    }                                                                               \
+    static inline VF NAME##_small(VF x) /* the same when every |x| < 0.625 */      \
+    {                                                                               \
+        VU sign = P##iand(P##asint(x), P##iset1(0x80000000u));                      \
+        VF a = P##asfloat(P##iand(P##asint(x), P##iset1(0x7fffffffu)));             \
+        return P##asfloat(P##ior(P##asint(NAME##_poly(a)), sign));                  \
     }
 
 FAVOR__DEFINE_TANH(favor__s_tanh, float, favor__su, favor__s_)
@@ -1230,6 +1240,7 @@ FAVOR__DEFINE_TANH(favor__s_tanh, float, favor__su, favor__s_)
 FAVOR__DEFINE_TANH(favor__v_tanh, favor__vf, favor__vu, favor__v_)
 #else
 #define favor__v_tanh favor__s_tanh
+#define favor__v_tanh_small favor__s_tanh_small
 #endif
 
 /* The logit softcap (Gemma 2): y[i] = c tanh(y[i] / c) in place, and t[i] =
@@ -1245,14 +1256,26 @@ static inline void favor__softcap(float *y, float *t, float c, size_t n)
 {
     size_t i, nv = n - n % FAVOR__W;
     const float rc = 1.0f / c;
-    favor__vf vrc = favor__v_set1(rc), vc = favor__v_set1(c);
+    favor__vf vrc = favor__v_set1(rc), vc = favor__v_set1(c), vm = favor__v_set1(0.0f);
+    float m = 0.0f;
+    int small;
+    /* every |y| rc below 0.625 (scores small against c, the common case): the
+     * polynomial alone, which is what the full tanh selects for those lanes */
     for (i = 0; i < nv; i += FAVOR__W) {
-        favor__vf th = favor__v_tanh(favor__v_mul(favor__v_load(y + i), vrc));
+        favor__vf x = favor__v_load(y + i);
+        vm = favor__v_max(vm, favor__v_max(x, favor__v_sub(favor__v_set1(0.0f), x)));
+    }
+    if (nv) m = favor__v_hmax(vm);
+    for (i = nv; i < n; ++i) m = favor__s_max(m, y[i] < 0.0f ? -y[i] : y[i]);
+    small = m * rc < 0.625f; /* false for NaN: the full tanh keeps it */
+    for (i = 0; i < nv; i += FAVOR__W) {
+        favor__vf x = favor__v_mul(favor__v_load(y + i), vrc);
+        favor__vf th = small ? favor__v_tanh_small(x) : favor__v_tanh(x);
         if (t) favor__v_store(t + i, th);
         favor__v_store(y + i, favor__v_mul(vc, th));
     }
     for (i = nv; i < n; ++i) {
-        float th = favor__s_tanh(y[i] * rc);
+        float th = small ? favor__s_tanh_small(y[i] * rc) : favor__s_tanh(y[i] * rc);
         if (t) t[i] = th;
         y[i] = c * th;
     }
@@ -3423,13 +3446,16 @@ static const float *favor__mask_tile(const favor_tensor *m, size_t mh, size_t r0
     return favor__in(&t, mh, r0, nr, buf, ld);
 }
 
-/* 1 when some of the nr x nc mask values at M (ld apart) is not -inf */
+/* 1 when some of the nr x nc mask values at M (ld apart) is not -inf (a row
+ * at a time without early exit, which compilers vectorize) */
 static int favor__mask_any(const float *M, size_t ld, size_t nr, size_t nc)
 {
     size_t r, c;
-    for (r = 0; r < nr; ++r)
-        for (c = 0; c < nc; ++c)
-            if (M[r * ld + c] != -INFINITY) return 1;
+    for (r = 0; r < nr; ++r) {
+        int any = 0;
+        for (c = 0; c < nc; ++c) any |= M[r * ld + c] != -INFINITY;
+        if (any) return 1;
+    }
     return 0;
 }
 
@@ -3521,19 +3547,24 @@ static int favor__tile_live(const favor__blk *bk, size_t j0, size_t nb)
 }
 
 /* The tile map of a masked call of n rows and nk keys (md->map_blocks query
- * blocks of BQ, md->map_tiles key tiles of BK): item it = (mask head, block);
- * buf: BQ x BK floats for a 16-bit mask */
+ * blocks of BQ, md->map_tiles key tiles of BK): item it = (mask head, block),
+ * whose mask rows are read once each, in order, skipping the tiles already
+ * known to be live; buf: BK floats for a 16-bit mask */
 static void favor__mask_map(const favor__mods *md, size_t n, size_t nk, size_t it,
                             unsigned char *map, float *buf)
 {
-    size_t mh = it / md->map_blocks, i0 = it % md->map_blocks * FAVOR__BQ, j0, ld;
+    size_t mh = it / md->map_blocks, i0 = it % md->map_blocks * FAVOR__BQ, j0, ld, r;
     size_t nq = n - i0 < FAVOR__BQ ? n - i0 : FAVOR__BQ;
     unsigned char *row = map + it * md->map_tiles;
-    for (j0 = 0; j0 < nk; j0 += FAVOR__BK) {
-        size_t nb = nk - j0 < FAVOR__BK ? nk - j0 : FAVOR__BK;
-        const float *M = favor__mask_tile(md->mask, mh, i0, nq, j0, nb, buf, &ld);
-        row[j0 / FAVOR__BK] = (unsigned char)favor__mask_any(M, ld, nq, nb);
-    }
+    memset(row, 0, md->map_tiles);
+    for (r = 0; r < nq; ++r)
+        for (j0 = 0; j0 < nk; j0 += FAVOR__BK) {
+            size_t nb = nk - j0 < FAVOR__BK ? nk - j0 : FAVOR__BK;
+            const float *M;
+            if (row[j0 / FAVOR__BK]) continue;
+            M = favor__mask_tile(md->mask, mh, i0 + r, 1, j0, nb, buf, &ld);
+            row[j0 / FAVOR__BK] = (unsigned char)favor__mask_any(M, ld, 1, nb);
+        }
 }
 
 /* Fill md's tile map at map for n rows and nk keys, on nt threads (each with
@@ -3644,7 +3675,7 @@ typedef struct {
     float *lse;     /* its rows of head h at lse + h ldl, or NULL */
     size_t ldl;
     float *part;    /* decode: [g][block][row] records of d_v + 2 floats: m, l, A */
-    size_t grp, n, nk, d, dv, R, nblk;
+    size_t grp, n, nk, d, dv, R, nblk, b0; /* decode: blocks b0 .. b0 + nblk - 1 */
     float s;
     favor__mods md;
 } favor__sm;
@@ -3744,8 +3775,14 @@ typedef favor__sm favor__dec;
 static size_t favor__decode_floats(favor__dec *x, size_t hkv, size_t nt, size_t *slice,
                                    size_t *part_at)
 {
-    size_t per, part, all;
-    x->nblk = (x->nk + FAVOR__DEC_BLOCK - 1) / FAVOR__DEC_BLOCK;
+    size_t per, part, all, i, lo, hi, beg = x->nk, end = 0;
+    for (i = 0; i < x->n; ++i) { /* the blocks of the keys some row sees */
+        favor__keys(&x->md, x->n, x->nk, i, &lo, &hi);
+        if (lo < hi && lo < beg) beg = lo;
+        if (lo < hi && hi > end) end = hi;
+    }
+    x->b0 = beg < end ? beg / FAVOR__DEC_BLOCK : 0;
+    x->nblk = beg < end ? (end + FAVOR__DEC_BLOCK - 1) / FAVOR__DEC_BLOCK - x->b0 : 0;
     if (!favor__mul_ok(x->grp, x->n, &x->R) ||
         !favor__add_ok(x->d, x->md.mask ? 2 * FAVOR__BK : FAVOR__BK, &per) ||
         !favor__mul_ok(per, x->R, &per) ||
@@ -3799,7 +3836,8 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     float *Qs = ws, *S = ws + R * d, *P = x->part + (g * x->nblk + b) * R * rec;
     float *Kb = S + R * BK + dv, *Vb = Kb + favor__io_floats(x->k, BK);
     float *Mr = Vb + favor__io_floats(x->v, BK); /* with a mask: R x BK */
-    size_t j0 = b * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv, lo, hi, beg, end;
+    size_t j0 = (x->b0 + b) * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv, lo, hi, beg,
+           end;
     size_t esk = favor_dtype_size(x->k->dtype), esv = favor_dtype_size(x->v->dtype);
     /* few rows read K and V in their own types (a tile widened once would cost
      * as much as the bytes a 16-bit cache saves); more rows share a widened tile */
