@@ -16,7 +16,9 @@
  * 3. Keys that no row sees are never read: NaN in them changes no output bit,
  *    forward (prefill, decode) and backward (their dk, dv rows are exactly 0).
  * 4. No future leakage: changing key j leaves every row that cannot see it
- *    bit for bit the same, with window, ALiBi, softcap and sinks.
+ *    bit for bit the same, with window, ALiBi, softcap and sinks, and with a
+ *    mask that hides the later keys (prefill and decode); packed sequences:
+ *    the packed call gives each sequence's own call's bits (below).
  * 5. 16-bit inputs give the bits of fp32 copies; threads 1, 2, 3 give the same
  *    bits (the split backward included); a batched call gives each element's
  *    bits, and dsinks is the sum over the batch.
@@ -392,18 +394,28 @@ static void test_no_future(void **state)
     static const vcase fc[] = {
         { 2, 1, 150, 150, 16, 16, 1, 20, -1, 2.0f, 1, 1, 1.0 },
         { 4, 2,   4, 600, 16, 16, 1, 90, -1, 2.0f, 1, 1, 1.0 },
+        { 2, 1, 150, 150, 16, 16, 0, NOWIN, 2.0f, 1, 1, 1.0 }, /* causal by a mask */
+        { 2, 1,   5, 300, 16, 16, 0, NOWIN, 0.0f, 1, 1, 1.0 }, /* the same, decode */
     };
     size_t ci, jt;
     (void)state;
-    for (ci = 0; ci < 2; ++ci) {
+    for (ci = 0; ci < 4; ++ci) {
         const vcase *c = &fc[ci];
         prob p;
         favor_options o;
+        favor_tensor MT;
         size_t no = c->hq * c->n * c->dv, h, i, col;
-        float *o1 = vt_alloc(no), *l1 = vt_alloc(c->hq * c->n);
+        float *o1 = vt_alloc(no), *l1 = vt_alloc(c->hq * c->n), *M = vt_alloc(c->n * c->nk);
         prob_make(&p, c, 900 + ci);
         o = opts_of(c, &p, 0);
         o.lse = p.lse;
+        if (ci >= 2) { /* -inf after each row's position, finite values before */
+            for (i = 0; i < c->n; ++i)
+                for (col = 0; col < c->nk; ++col)
+                    M[i * c->nk + col] = col > i + c->nk - c->n ? -INFINITY : 0.1f * (float)(col % 5);
+            MT = favor_tensor_packed(M, 1, c->n, c->nk);
+            o.mask = &MT;
+        }
         assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
         memcpy(o1, p.o, no * sizeof(float));
         memcpy(l1, p.lse, c->hq * c->n * sizeof(float));
@@ -423,7 +435,7 @@ static void test_no_future(void **state)
             memcpy(o1, p.o, no * sizeof(float)); /* the next key is an earlier one */
             memcpy(l1, p.lse, c->hq * c->n * sizeof(float));
         }
-        free(o1); free(l1);
+        free(o1); free(l1); free(M);
         prob_free(&p);
     }
 }
@@ -1031,7 +1043,8 @@ static void test_validation_mask_seqs(void **state)
     prob p;
     char err[160];
     size_t no = c->hq * c->n * c->dv, i;
-    float *snap = vt_alloc(no), *M = vt_alloc(c->hq * c->n * c->nk + 8);
+    float *snap = vt_alloc(no), *M = vt_alloc(c->hq * c->n * c->nk + 8), *big;
+    favor_tensor Obig, DQbig;
     size_t bad0[3] = { 1, 100, 200 }, bad1[3] = { 0, 120, 100 }, bad2[3] = { 0, 100, 199 };
     size_t kok[3] = { 0, 100, 260 }, kbad[3] = { 0, 100, 261 }, ok[3] = { 0, 100, 200 };
     favor_tensor good = favor_tensor_packed(M, 1, c->n, c->nk), mt[7];
@@ -1054,10 +1067,11 @@ static void test_validation_mask_seqs(void **state)
     mt[3] = favor_tensor_batched(FAVOR_F32, M, 2, 1, c->n / 2, c->nk);
     mt[3].rows = c->n;
     mt[3].batch_stride = c->n * c->nk;
-    mt[4] = favor_tensor_packed(p.o, 1, 1, 8); /* over out: rows and cols wrong too */
-    mt[4].rows = c->n;
-    mt[4].cols = c->nk;
-    mt[4].row_stride = c->nk;
+    /* a mask over out (forward) or dq (backward): both views in one buffer */
+    big = vt_alloc(c->n * c->nk + c->hq * c->n * c->d);
+    mt[4] = favor_tensor_packed(big, 1, c->n, c->nk);
+    Obig = favor_tensor_packed(big + 100, c->hq, c->n, c->dv);
+    DQbig = favor_tensor_packed(big + 100, c->hq, c->n, c->d);
     mt[5] = good;
     mt[5].dtype = (favor_dtype)7;
     for (i = 0; i < no; ++i) p.o[i] = 777.0f;
@@ -1088,12 +1102,12 @@ static void test_validation_mask_seqs(void **state)
                 err[0] = 0;
             }
             if (bwd)
-                st = favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ, &p.DK,
+                st = favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G,
+                                                      bads[i].i == 4 ? &DQbig : &p.DQ, &p.DK,
                                                       &p.DV, &o);
             else
-                st = favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o);
+                st = favor_softmax_attention(&p.Q, &p.K, &p.V, bads[i].i == 4 ? &Obig : &p.O, &o);
             printf("%s %-2d: %s\n", bwd ? "backward" : "forward ", bads[i].i, err);
-            if (bads[i].i == 4 && st == FAVOR_E_SHAPE) continue; /* a shape error comes first */
             assert_int_equal(st, bads[i].want);
             assert_non_null(strstr(err, bads[i].text));
             assert_memory_equal(p.o, snap, no * 4);
@@ -1122,6 +1136,7 @@ static void test_validation_mask_seqs(void **state)
     }
     free(snap);
     free(M);
+    free(big);
     prob_free(&p);
 }
 
