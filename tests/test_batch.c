@@ -359,7 +359,7 @@ static int run_case(const meth *mt, const shape *s, int lay, int causal, tu_rng 
         fails++;
     }
     /* threads: the same bits for every count */
-    for (ti = 0; ti < 5; ++ti) {
+    for (ti = 0; ti < TU_COUNTS(5, 1); ++ti) {
         call t;
         favor_options ot = o;
         twin(&c, &t);

@@ -594,7 +594,7 @@ static void test_decode_threads_identical(void **state)
         print_message("threads: hq %u hkv %u n %u nk %u d %u dv %u %s\n", (unsigned)c->hq,
                       (unsigned)c->hkv, (unsigned)c->n, (unsigned)c->nk, (unsigned)c->d,
                       (unsigned)c->dv, c->causal ? "causal" : "full");
-        for (ti = 0; ti < sizeof threads / sizeof threads[0]; ++ti) {
+        for (ti = 0; ti < TU_COUNTS(sizeof threads / sizeof threads[0], 2); ++ti) {
             favor_options opt = favor_default_options();
             favor_status st;
             size_t bytes;

@@ -100,7 +100,7 @@ static void test_threads_identical(void **state)
         assert_non_null(o2);
         assert_int_equal(run_all(sh, 1, q, k, v, o1), 0);
         assert_true(tu_all_finite(o1, total));
-        for (ci = 0; ci < sizeof counts / sizeof counts[0]; ++ci) {
+        for (ci = 0; ci < TU_COUNTS(sizeof counts / sizeof counts[0], 1); ++ci) {
             int t = counts[ci];
             memset(o2, 0xff, total * sizeof *o2);
             assert_int_equal(run_all(sh, t, q, k, v, o2), 0);

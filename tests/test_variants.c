@@ -531,7 +531,7 @@ static void test_threads(void **state)
         float *o1 = vt_alloc(no), *l1 = vt_alloc(c->hq * c->n), *dq1 = vt_alloc(nq);
         float *dk1 = vt_alloc(nk), *dv1 = vt_alloc(nv), *s1 = vt_alloc(c->hq);
         prob_make(&p, c, 300 + ci);
-        for (t = 1; t <= 4; ++t) {
+        for (t = 1; t <= (int)TU_COUNTS(4, 2); ++t) {
             favor_options o = opts_of(c, &p, t == 4 ? 0 : t);
             o.lse = p.lse;
             o.dsinks = p.dsinks;
