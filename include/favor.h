@@ -4056,10 +4056,10 @@ static size_t favor__softmax_floats_all(const favor_tensor *q, const favor_tenso
                                         const favor_tensor *v, const favor_options *opts,
                                         size_t nt)
 {
-    size_t s, most = 0, f, slice, at;
+    size_t s, most = 0, f, slice = 0, at = 0;
     favor__seqv sv;
     favor__sm x;
-    int dec;
+    int dec = 0;
     for (s = 0; s < favor__nseq(opts); ++s) {
         favor__seqv_make(&sv, q, k, v, q, opts, s);
         if (!(f = favor__softmax_plan(&x, &sv, opts, nt, &slice, &at, &dec))) return 0;
@@ -4136,8 +4136,8 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     for (seq = 0; seq < favor__nseq(opts); ++seq) {
         favor__seqv sv;
         favor__sm x;
-        size_t slice, at;
-        int dec;
+        size_t slice = 0, at = 0;
+        int dec = 0;
         favor__seqv_make(&sv, q, k, v, out, opts, seq);
         if (!sv.q.rows) continue;
         favor__softmax_plan(&x, &sv, opts, nt, &slice, &at, &dec);
@@ -5018,10 +5018,10 @@ static size_t favor__linear_floats_all(const favor_features *f, const favor_tens
                                        const favor_tensor *k, const favor_tensor *v,
                                        const favor_options *opts, size_t nt)
 {
-    size_t s, most = 0, fl, slice, io, at;
+    size_t s, most = 0, fl, slice = 0, io = 0, at = 0;
     favor__split sp;
     favor__seqv sv;
-    int split;
+    int split = 0;
     for (s = 0; s < favor__nseq(opts); ++s) {
         favor__seqv_make(&sv, q, k, v, q, opts, s);
         if (!sv.q.rows || !sv.k.rows) continue;
@@ -5054,9 +5054,9 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
     void *owned;
     int causal;
     long g;
-    size_t floats, nt, slice, io, at, seq;
+    size_t floats, nt, slice = 0, io = 0, at = 0, seq;
     favor__split sp;
-    int split;
+    int split = 0;
     if ((st = favor__check_linear(f, q, k, v, out, opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
     if (!(floats = favor__linear_floats_all(f, q, k, v, opts, nt))) return favor__too_big(opts);
@@ -7037,9 +7037,9 @@ static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
                                   const favor_tensor *dv, const favor__shape *sh, int causal,
                                   size_t nt, float *ws)
 {
-    size_t slice, at[5], grp = sh->hq / sh->hkv, kern;
+    size_t slice = 0, at[5], grp = sh->hq / sh->hkv, kern;
     favor__bsplit bs;
-    int split, in_ws = causal && favor__stash_in_ws(grp, sh->d, sh->dv);
+    int split = 0, in_ws = causal && favor__stash_in_ws(grp, sh->d, sh->dv);
     long g;
     at[0] = at[1] = at[2] = at[3] = at[4] = 0; /* staging, slots, parts, ... stash */
     favor__linear_bwd_call(f, q, k, v, dout, dq, dk, dv, causal, nt, &split, &bs, &slice, at);
@@ -7108,7 +7108,7 @@ FAVOR_API favor_status favor_linear_attention_backward(
     float *ws;
     void *owned;
     int causal, split;
-    size_t floats = 1, nt, slice, at[5], seq, fl, h;
+    size_t floats = 1, nt, slice = 0, at[5] = { 0, 0, 0, 0, 0 }, seq, fl, h;
     favor__bsplit bs;
     favor__why w = favor__why_of(opts);
     if (!f) return favor__no(&w, FAVOR_E_NULL, "f is NULL");
