@@ -3683,11 +3683,11 @@ typedef struct {
 /* per-thread floats of the prefill: the tiles, and buffers for the 16-bit
  * inputs (the output's buffer is always counted: the query does not see it) */
 static size_t favor__softmax_floats(const favor_tensor *q, const favor_tensor *k,
-                                    const favor_tensor *v)
+                                    const favor_tensor *v, int masked)
 {
     size_t d = q->cols, dv = v->cols, a, b;
     if (d > SIZE_MAX / 8 / FAVOR__BQ || dv > SIZE_MAX / 8 / FAVOR__BQ) return 0;
-    a = d * FAVOR__BQ + 3 * FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ + dv * FAVOR__BQ;
+    a = d * FAVOR__BQ + (masked ? 3 : 1) * FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ + dv * FAVOR__BQ;
     b = favor__io_floats(q, FAVOR__BQ) + favor__io_floats(k, FAVOR__BK) +
         favor__io_floats(v, FAVOR__BK);
     return a + b;
@@ -4045,7 +4045,8 @@ static size_t favor__softmax_plan(favor__sm *x, const favor__seqv *sv, const fav
     *dec = favor__decode_plan(x, &sv->q, &sv->k, &sv->v, opts);
     if (opts && opts->mask) x->md.mask = &sv->mask;
     if (*dec) return favor__decode_floats(x, favor__nheads(&sv->k), nt, slice, at);
-    if (!(*at = favor__slices(favor__softmax_floats(&sv->q, &sv->k, &sv->v), nt, slice)))
+    if (!(*at = favor__slices(favor__softmax_floats(&sv->q, &sv->k, &sv->v,
+                                                             opts && opts->mask), nt, slice)))
         return 0;
     map = favor__map_floats(&x->md, x->n, x->nk);
     return favor__add_ok(*at, map, &all) && all <= SIZE_MAX / sizeof(float) ? all : 0;
@@ -5553,12 +5554,16 @@ static size_t favor__bwd_stage_floats(const favor_tensor *q, const favor_tensor 
  * partials (the lse, when not given, first comes from a pass over query blocks
  * into the workspace). Every sum is the one-head pass's, term for term and in
  * order, so the results are bit-identical whichever way the call is split. */
-static size_t favor__softmax_bwd_floats(size_t d, size_t dv)
+/* 1 when a softmax backward needs its tiles for softcap (T) or a mask */
+static int favor__bwd_more(const favor__mods *md) { return md->cap > 0.0f || md->mask; }
+
+static size_t favor__softmax_bwd_floats(size_t d, size_t dv, int more)
 {
     size_t a, b;
     if (!favor__add_ok(d, dv, &a) || !favor__add_ok(a, d, &a) || !favor__mul_ok(a, FAVOR__BQ, &a))
         return 0;
-    b = 5 * FAVOR__BK * FAVOR__BQ + 6 * FAVOR__BQ; /* St, dP, T, the mask's two */
+    /* St, dP; with softcap or a mask T, with a mask its two more */
+    b = (more ? 5 : 2) * FAVOR__BK * FAVOR__BQ + 6 * FAVOR__BQ;
     return favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
 }
 
@@ -5707,9 +5712,9 @@ static size_t favor__softmax_bwd_call_floats(const favor_tensor *q, const favor_
                                              const favor_tensor *v, const favor_tensor *out,
                                              const favor_tensor *dout, const favor_tensor *dq,
                                              const favor_tensor *dk, const favor_tensor *dv,
-                                             int any16)
+                                             int any16, int more)
 {
-    size_t a = favor__softmax_bwd_floats(q->cols, v->cols);
+    size_t a = favor__softmax_bwd_floats(q->cols, v->cols, more);
     size_t b = favor__bwd_stage_floats(q, k, v, out, dout, dq, dk, dv, any16);
     return a && favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
 }
@@ -5807,7 +5812,7 @@ static void favor__softmax_bwd_head(const favor_tensor *q, const favor_tensor *k
 {
     const favor__shape *sh = bp->sh;
     size_t grp = sh->hq / sh->hkv, kp = favor__softmax_bwd_kp(sh->nk), t, i0, r;
-    size_t tiles = favor__softmax_bwd_floats(sh->d, sh->dv);
+    size_t tiles = favor__softmax_bwd_floats(sh->d, sh->dv, favor__bwd_more(&bp->md));
     float *P = ws + tiles - sh->d * FAVOR__BQ;
     favor__sbv x;
     favor__sbv_make(&x, q, k, v, out, dout, dq, dk, dv, grp, hk, 1, ws + tiles);
@@ -5846,17 +5851,17 @@ static size_t favor__softmax_bwd_plan(const favor_tensor *q, const favor_tensor 
                                       const favor_tensor *v, const favor_tensor *out,
                                       const favor_tensor *dout, const favor_tensor *dq,
                                       const favor_tensor *dk, const favor_tensor *dv,
-                                      int any16, size_t nt, int *split, size_t *slice,
+                                      int any16, int more, size_t nt, int *split, size_t *slice,
                                       size_t *stg, size_t *stage_at, size_t *part_at)
 {
     size_t hkv = favor__nheads(k), all, t, p;
     *split = favor__softmax_bwd_split(hkv, nt);
     if (!*split) {
-        all = favor__softmax_bwd_call_floats(q, k, v, out, dout, dq, dk, dv, any16);
+        all = favor__softmax_bwd_call_floats(q, k, v, out, dout, dq, dk, dv, any16, more);
         return all ? favor__slices(all, nt, slice) : 0;
     }
     *stg = favor__bwd_stage_floats(q, k, v, out, dout, dq, dk, dv, any16);
-    if (!(all = favor__slices(favor__softmax_bwd_floats(q->cols, v->cols), nt, slice)) ||
+    if (!(all = favor__slices(favor__softmax_bwd_floats(q->cols, v->cols, more), nt, slice)) ||
         *stg == SIZE_MAX || !favor__mul_ok(*stg, hkv, &t) ||
         !favor__mul_ok(q->cols, FAVOR__SBP * FAVOR__BQ, &p) || !favor__mul_ok(p, hkv, &p))
         return 0;
@@ -5883,10 +5888,11 @@ FAVOR_API size_t favor_softmax_attention_backward_workspace(const favor_tensor *
     int split;
     favor__mods md;
     if (!favor__query_ok(NULL, 0, q, k, v, opts)) return 0;
+    favor__mods_of(&md, opts, q->heads);
     all = favor__softmax_bwd_plan(q, k, v, q, q, q, k, v, favor__any16(q, k, v),
+                                  favor__bwd_more(&md),
                                   favor__nthreads(opts), &split, &slice, &stg, &stage_at,
                                   &part_at);
-    favor__mods_of(&md, opts, q->heads);
     if (!all || !favor__add_ok(all, favor__map_floats(&md, q->rows, k->rows), &all) ||
         !favor__add_ok(all, favor__dsink_floats(opts, favor__nheads(q)), &all))
         return 0;
@@ -6022,7 +6028,8 @@ FAVOR_API favor_status favor_softmax_attention_backward(
     if ((st = favor__check_lse(opts, &sh)) != FAVOR_OK) return st;
     nt = favor__nthreads(opts);
     favor__mods_of(&bp.md, opts, q->heads);
-    if (!(floats = favor__softmax_bwd_plan(q, k, v, out, dout, dq, dk, dv, 0, nt, &split, &slice,
+    if (!(floats = favor__softmax_bwd_plan(q, k, v, out, dout, dq, dk, dv, 0,
+                                           favor__bwd_more(&bp.md), nt, &split, &slice,
                                            &stg, &stage_at, &part_at)) ||
         (map_at = floats, 0) ||
         !favor__add_ok(floats, favor__map_floats(&bp.md, sh.n, sh.nk), &floats) ||
