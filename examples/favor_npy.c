@@ -1046,24 +1046,26 @@ static favor_tensor read_mask(const char *path, size_t heads, size_t n, size_t n
 static size_t *read_seqlens(const char *path, size_t n, size_t nk, size_t *seqs)
 {
     npy_array a;
-    size_t *off, s;
+    size_t *off, s, sum;
     if (n != nk)
         data_error("--seqlens packs Q and K/V alike, so n (%zu) must equal n_k (%zu)", n, nk);
     read_npy(path, &a, AS_INT64);
     if (a.rank != 1) shape_error(&a, "--seqlens", "a vector [sequences] of lengths");
-    off = malloc((a.count + 1) * sizeof *off); /* no overflow: int64_t each */
-    if (!off) data_error("%s: out of memory", path);
-    off[0] = 0;
-    for (s = 0; s < a.count; ++s) {
+    /* checked whole before the offsets are allocated: data_error exits, and an
+     * allocation made first would be left behind (LeakSanitizer reports it) */
+    for (s = 0, sum = 0; s < a.count; ++s) {
         int64_t len = ((const int64_t *)a.data)[s];
         if (len < 0)
             data_error("%s: sequence %zu has the negative length %lld", path, s, (long long)len);
-        if ((uint64_t)len > n - off[s])
+        if ((uint64_t)len > n - sum)
             data_error("%s: the lengths add up past n = %zu (at sequence %zu)", path, n, s);
-        off[s + 1] = off[s] + (size_t)len;
+        sum += (size_t)len;
     }
-    if (off[a.count] != n)
-        data_error("%s: the lengths add up to %zu, not to n = %zu", path, off[a.count], n);
+    if (sum != n) data_error("%s: the lengths add up to %zu, not to n = %zu", path, sum, n);
+    off = malloc((a.count + 1) * sizeof *off); /* no overflow: int64_t each */
+    if (!off) data_error("%s: out of memory", path);
+    off[0] = 0;
+    for (s = 0; s < a.count; ++s) off[s + 1] = off[s] + (size_t)((const int64_t *)a.data)[s];
     *seqs = a.count;
     free(a.data);
     return off;
