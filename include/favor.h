@@ -235,8 +235,10 @@
  * segments' row sums back from the end; the softmax backward, when heads alone
  * leave threads idle: one query block after another, the key parts of each, whose
  * dQ partials are then added in part order; favor_attention_merge: rows, for
- * calls of 65536 elements or more). Packed sequences run one after another,
- * each split as a call of its own. The split is fixed by the shape, so
+ * calls of 65536 elements or more). Packed sequences of a softmax prefill
+ * without a mask share one loop of (sequence, head, query block) items; the
+ * others (decoding, masked, linear, backward) run one after another, each
+ * split as a call of its own. The split is fixed by the shape, so
  * results are bit-identical for any thread count.
  *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
@@ -4108,6 +4110,85 @@ static void favor__softmax_run(favor__sm *x, size_t hq, size_t hkv, float *ws, s
                              ws + FAVOR__TID() * slice);
 }
 
+/* Sequence seq of a softmax call: its views sv and its call x (planned, with
+ * its output, lse and scale); returns 1 when it takes the decode path */
+static int favor__softmax_seq(favor__sm *x, favor__seqv *sv, const favor_tensor *q,
+                              const favor_tensor *k, const favor_tensor *v,
+                              const favor_tensor *out, const favor_options *opts, size_t seq,
+                              float s, size_t nt, size_t *slice, size_t *at)
+{
+    int dec = 0;
+    favor__seqv_make(sv, q, k, v, out, opts, seq);
+    favor__softmax_plan(x, sv, opts, nt, slice, at, &dec);
+    x->o = &sv->o;
+    x->lse = opts && opts->lse ? opts->lse + sv->q0 : NULL;
+    x->ldl = q->rows;
+    x->s = s;
+    return dec;
+}
+
+/* the prefill items of sequence seq (hq heads x its query blocks; none on the
+ * decode path) */
+static size_t favor__seq_items(const favor_options *opts, size_t seq, size_t n, size_t nk,
+                               size_t hq)
+{
+    size_t q0, q1, k0, k1;
+    favor__seq(opts, seq, n, nk, &q0, &q1, &k0, &k1);
+    return q1 - q0 <= FAVOR__DEC_ROWS ? 0 : hq * ((q1 - q0 + FAVOR__BQ - 1) / FAVOR__BQ);
+}
+
+/* The prefill items of every sequence of an unmasked call in one loop: item it
+ * is (sequence, head, block) in that order, so the threads share out the
+ * blocks of all sequences with no barrier between sequences, and each block
+ * gives the bits of a call on its sequence alone. Each thread keeps a cursor:
+ * the sequence of its last item and that sequence's first item (a dynamic
+ * schedule hands a thread increasing items; a smaller one restarts the scan). */
+static void favor__softmax_items(const favor_tensor *q, const favor_tensor *k,
+                                 const favor_tensor *v, const favor_tensor *out,
+                                 const favor_options *opts, float s, size_t hq, float *ws,
+                                 size_t nt)
+{
+    size_t seq, all = 0, ns = favor__nseq(opts);
+    long it, items;
+    for (seq = 0; seq < ns; ++seq) all += favor__seq_items(opts, seq, q->rows, k->rows, hq);
+    items = (long)all;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)nt)
+#endif
+    {
+        favor__seqv sv;
+        favor__sm x;
+        size_t cur = 0, first = 0, here = 0, slice = 0, at = 0, blocks = 1;
+        int made = 0, started = 0;
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (it = 0; it < items; ++it) {
+            size_t i = (size_t)it, j;
+            if (!started || i < first) { /* (re)start the scan */
+                cur = first = 0;
+                here = favor__seq_items(opts, 0, q->rows, k->rows, hq);
+                made = 0;
+                started = 1;
+            }
+            while (i >= first + here) {
+                first += here;
+                here = favor__seq_items(opts, ++cur, q->rows, k->rows, hq);
+                made = 0;
+            }
+            if (!made) {
+                (void)favor__softmax_seq(&x, &sv, q, k, v, out, opts, cur, s, nt, &slice, &at);
+                blocks = (x.n + FAVOR__BQ - 1) / FAVOR__BQ;
+                made = 1;
+            }
+            j = i - first;
+            favor__softmax_block(&x, j / blocks, (j % blocks) * FAVOR__BQ,
+                                 ws + FAVOR__TID() * slice);
+        }
+    }
+}
+
 FAVOR_API size_t favor_softmax_attention_workspace(const favor_tensor *q, const favor_tensor *k,
                                                    const favor_tensor *v,
                                                    const favor_options *opts)
@@ -4134,20 +4215,18 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     s = (opts && opts->scale > 0.0f) ? opts->scale : (float)(1.0 / sqrt((double)sh.d));
     if (!(floats = favor__softmax_floats_all(q, k, v, opts, nt))) return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
+    /* Sequences on the decode path, and every sequence of a masked call (each
+     * builds its own tile map), run one after another; the other sequences'
+     * (sequence, head, block) items share one loop (favor__softmax_items). */
     for (seq = 0; seq < favor__nseq(opts); ++seq) {
         favor__seqv sv;
         favor__sm x;
         size_t slice = 0, at = 0;
-        int dec = 0;
-        favor__seqv_make(&sv, q, k, v, out, opts, seq);
-        if (!sv.q.rows) continue;
-        favor__softmax_plan(&x, &sv, opts, nt, &slice, &at, &dec);
-        x.o = &sv.o;
-        x.lse = opts && opts->lse ? opts->lse + sv.q0 : NULL;
-        x.ldl = sh.n;
-        x.s = s;
-        favor__softmax_run(&x, sh.hq, sh.hkv, ws, slice, at, dec, nt);
+        int dec = favor__softmax_seq(&x, &sv, q, k, v, out, opts, seq, s, nt, &slice, &at);
+        if (sv.q.rows && (dec || (opts && opts->mask)))
+            favor__softmax_run(&x, sh.hq, sh.hkv, ws, slice, at, dec, nt);
     }
+    if (!(opts && opts->mask)) favor__softmax_items(q, k, v, out, opts, s, sh.hq, ws, nt);
     favor__ws_put(owned);
     return FAVOR_OK;
 }

@@ -750,6 +750,20 @@ static void test_mask_seqs(void **state)
         printf("%zu %s mask %d (%zu heads) seqs %zu\n   out %.2g  dq %.2g dk %.2g dv %.2g "
                "dsinks %.2g\n", ci, name, mc->mask, mc->mask_heads, mc->seqs, eo, eq, ek, ev, es);
         assert_true(eo <= 2e-5 && eq <= 1e-4 && ek <= 1e-4 && ev <= 1e-4 && es <= 1e-4);
+        if (mc->seqs) { /* 1 and 3 threads give the default count's bits */
+            float *o1 = vt_alloc(no), *l1 = vt_alloc(c->hq * c->n);
+            favor_options ot = o;
+            for (ot.threads = 1; ot.threads <= 3; ot.threads += 2) {
+                ot.lse = l1;
+                assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &ot), FAVOR_OK);
+                assert_memory_equal(l1, p.lse, c->hq * c->n * 4);
+                memcpy(o1, p.o, no * 4);
+                assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+                assert_memory_equal(p.o, o1, no * 4);
+            }
+            free(o1);
+            free(l1);
+        }
         for (s = 0; s < mc->seqs; ++s) { /* each sequence alone: the same bits */
             size_t q0 = mc->seq_q[s], q1 = mc->seq_q[s + 1], k0 = mc->seq_k[s], k1 = mc->seq_k[s + 1];
             favor_tensor Q = p.Q, K = p.K, V = p.V, O = p.O, G = p.G, DQ = p.DQ, DK = p.DK, DV = p.DV;
