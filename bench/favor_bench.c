@@ -1750,11 +1750,11 @@ static int sm_decode_call(void *p)
     return favor_softmax_attention(s->q, s->k, s->v, s->o, &s->opt) != FAVOR_OK;
 }
 
-/* sd for a causal decode call on these views with `threads` threads and a
+/* sd for a call on these views with these flags and `threads` threads and a
  * workspace of the queried size (returned: the caller frees it; NULL when none
  * is needed) */
-static void *sm_decode_bind(sm_decode *sd, const favor_tensor *Q, const favor_tensor *K,
-                            const favor_tensor *V, const favor_tensor *O, int threads)
+static void *sm_bind(sm_decode *sd, const favor_tensor *Q, const favor_tensor *K,
+                     const favor_tensor *V, const favor_tensor *O, unsigned flags, int threads)
 {
     size_t ws;
     void *buf;
@@ -1763,13 +1763,20 @@ static void *sm_decode_bind(sm_decode *sd, const favor_tensor *Q, const favor_te
     sd->v = V;
     sd->o = O;
     sd->opt = favor_default_options();
-    sd->opt.flags = FAVOR_CAUSAL;
+    sd->opt.flags = flags;
     sd->opt.threads = threads;
     ws = favor_softmax_attention_workspace(Q, K, V, &sd->opt);
     buf = ws ? xmalloc(ws) : NULL;
     sd->opt.workspace = buf;
     sd->opt.workspace_size = ws;
     return buf;
+}
+
+/* sm_bind of a causal decode call */
+static void *sm_decode_bind(sm_decode *sd, const favor_tensor *Q, const favor_tensor *K,
+                            const favor_tensor *V, const favor_tensor *O, int threads)
+{
+    return sm_bind(sd, Q, K, V, O, FAVOR_CAUSAL, threads);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -2045,28 +2052,23 @@ static int time_batched(bench_fn fn, void *ctx, int samples, double budget, timi
     return 0;
 }
 
-/* The float64 softmax of a decode call, every query head h against key/value head
- * h / (heads_q / heads_kv), causal: row i sees keys j <= i + n_k - n; q, k, v of
- * any element type (16-bit ones widened exactly), o fp32. Returns max|o - ref|
- * over the manual's tolerance 2e-5 max|V| (<= 1 passes). */
-static double decode_check(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
-                           const favor_tensor *o)
+/* The float64 softmax attention of q, k, v (any element types, 16-bit ones
+ * widened exactly), every query head h against key/value head
+ * h / (heads_q / heads_kv); causal: row i sees keys j <= i + n_k - n. Returns
+ * [heads_q][n][d_v] doubles, which the caller frees. */
+static double *ref_attention(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+                             int causal)
 {
     size_t grp = q->heads / k->heads, n = q->rows, nk = k->rows, d = q->cols, dv = v->cols;
     size_t h, i, j, c;
-    double *s = (double *)xmalloc(nk * sizeof *s), *acc = (double *)xmalloc(dv * sizeof *acc);
-    double scale = 1.0 / sqrt((double)d), err = 0, vmax = 0;
-    for (h = 0; h < v->heads; ++h)
-        for (j = 0; j < nk; ++j)
-            for (c = 0; c < dv; ++c) {
-                double a = fabs((double)elem_at(v, h, j, c));
-                if (a > vmax) vmax = a;
-            }
+    double *s = (double *)xmalloc(nk * sizeof *s);
+    double *ref = (double *)xmalloc(q->heads * n * dv * sizeof *ref);
+    double scale = 1.0 / sqrt((double)d);
     for (h = 0; h < q->heads; ++h) {
         size_t g = h / grp;
         for (i = 0; i < n; ++i) {
-            const float *oi = (float *)o->data + h * o->head_stride + i * o->row_stride;
-            size_t vis = i + nk - n + 1;
+            double *acc = ref + (h * n + i) * dv;
+            size_t vis = causal ? i + nk - n + 1 : nk;
             double mx = -HUGE_VAL, den = 0;
             for (j = 0; j < vis; ++j) {
                 double t = 0;
@@ -2081,15 +2083,52 @@ static double decode_check(const favor_tensor *q, const favor_tensor *k, const f
                 den += p;
                 for (c = 0; c < dv; ++c) acc[c] += p * (double)elem_at(v, g, j, c);
             }
-            for (c = 0; c < dv; ++c) {
-                double e = fabs((double)oi[c] - acc[c] / den);
-                if (!(e <= err)) err = e; /* NaN propagates */
-            }
+            for (c = 0; c < dv; ++c) acc[c] /= den;
         }
     }
     free(s);
-    free(acc);
-    return err / (2e-5 * vmax);
+    return ref;
+}
+
+/* max |v| over the elements of a view */
+static double max_abs(const favor_tensor *v)
+{
+    size_t h, j, c;
+    double vmax = 0;
+    for (h = 0; h < v->heads; ++h)
+        for (j = 0; j < v->rows; ++j)
+            for (c = 0; c < v->cols; ++c) {
+                double a = fabs((double)elem_at(v, h, j, c));
+                if (a > vmax) vmax = a;
+            }
+    return vmax;
+}
+
+/* max |o - ref| of an fp32 output against ref_attention's [heads][rows][cols] */
+static double max_error(const favor_tensor *o, const double *ref)
+{
+    size_t h, i, c;
+    double err = 0;
+    for (h = 0; h < o->heads; ++h)
+        for (i = 0; i < o->rows; ++i) {
+            const float *oi = (float *)o->data + h * o->head_stride + i * o->row_stride;
+            const double *ri = ref + (h * o->rows + i) * o->cols;
+            for (c = 0; c < o->cols; ++c) {
+                double e = fabs((double)oi[c] - ri[c]);
+                if (!(e <= err)) err = e; /* NaN propagates */
+            }
+        }
+    return err;
+}
+
+/* The float64 softmax of a causal decode call (ref_attention): max|o - ref|
+ * over the manual's tolerance 2e-5 max|V| (<= 1 passes); o fp32. */
+static double decode_check(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+                           const favor_tensor *o)
+{
+    double *ref = ref_attention(q, k, v, 1), err = max_error(o, ref);
+    free(ref);
+    return err / (2e-5 * max_abs(v));
 }
 
 /* The recurrent step (8 heads, d = 64, FAVOR+ m = 256, one thread) after each
