@@ -57,6 +57,9 @@
 #ifdef FAVOR_BENCH_BLAS
 #include <cblas.h>
 #endif
+#ifdef FAVOR_BENCH_GGML
+#include "peer_ggml.h"
+#endif
 #if FAVOR_SIMD == FAVOR_AVX2 || FAVOR_SIMD == FAVOR_AVX512
 #include <immintrin.h>
 #elif FAVOR_SIMD == FAVOR_NEON
@@ -1246,6 +1249,9 @@ typedef struct {
     int decode, attention, backward;
     int variants; /* the score variants' targets (issue 24) */
     const char *variants_csv;
+    int ggml;               /* the ggml peer's tables (when built with it) */
+    const char *ggml_csv;   /* --ggml-csv */
+    size_t ggml_max_keys;   /* longest context of its decode table */
     int decode_step; /* the recurrent step's rows (off with --decode-softmax-only) */
     size_t decode_max;
     size_t decode_ds[MAX_LIST]; /* d of the exact decode rows: --d, kept under --quick */
@@ -1300,7 +1306,20 @@ static void usage(FILE *to)
             "                     ALiBi, sinks, masks, packed sequences, backward), each\n"
             "                     timed against its plain baseline (about 3 minutes)\n"
             "  --no-variants      skip them (--quick runs them on small shapes)\n"
-            "  --variants-csv F   write the variants' targets as CSV\n"
+            "  --variants-csv F   write the variants' targets as CSV\n");
+    /* a string of its own: C99 promises 4095 characters in one literal */
+    fputs("  --ggml-only        only the ggml peer's tables (favor.h against ggml's\n"
+          "                     CPU flash attention, ggml_flash_attn_ext, on the same\n"
+          "                     buffers, calls interleaved: prefill n = 512 ... 8192\n"
+          "                     (up to --n-max), decode over 1K ... 1M keys; --quick:\n"
+          "                     n = 256 and 1K keys); built with -DFAVOR_GGML_DIR\n"
+          "  --no-ggml          skip them\n"
+          "  --ggml-csv FILE    write the ggml tables as CSV\n"
+          "  --ggml-max-keys N  longest context of the ggml decode table (contexts\n"
+          "                     whose buffers exceed 3/4 of the available memory are\n"
+          "                     skipped too)                          default: 1048576\n",
+          to);
+    fprintf(to,
             "  --decode-max N     longest decoding context (1K, 4K, ... x4; the exact\n"
             "                     decode rows' K and V take 8 GiB at 1M, d = 128, and\n"
             "                     their fp16 and bf16 copies (d = 64) 4 GiB more)\n"
@@ -1315,7 +1334,8 @@ static void usage(FILE *to)
             "  --help             this text\n"
             "\n"
             "Environment: run with OMP_WAIT_POLICY=passive (idle OpenMP threads would\n"
-            "otherwise spin against the peers). FAVOR_BENCH_PYTHON and\n"
+            "otherwise spin against the peers, and against ggml's threads and favor.h's\n"
+            "in the ggml tables, which share OpenMP's). FAVOR_BENCH_PYTHON and\n"
             "FAVOR_BENCH_TORCH_SCRIPT override the defaults of --python and --torch-script.\n",
             FAVOR_BENCH_PYTHON, FAVOR_BENCH_TORCH_SCRIPT);
 }
@@ -1368,7 +1388,8 @@ static int parse_args(int argc, char **argv, config *c)
     c->runs = 5;
     c->limit = 10.0;
     c->want_peer[P_BLAS_HSW] = c->want_peer[P_BLAS_DEF] = c->want_peer[P_TORCH] = 1;
-    c->decode = c->attention = c->backward = c->decode_step = c->variants = 1;
+    c->decode = c->attention = c->backward = c->decode_step = c->variants = c->ggml = 1;
+    c->ggml_max_keys = 1u << 20;
     c->decode_max = 1u << 20;
     c->half[0] = c->half_decode = 1;
     c->python = (env = getenv("FAVOR_BENCH_PYTHON")) && *env ? env : FAVOR_BENCH_PYTHON;
@@ -1398,22 +1419,29 @@ static int parse_args(int argc, char **argv, config *c)
             c->decode = 0;
             used = 0;
         } else if (strcmp(a, "--variants") == 0) {
-            c->attention = c->backward = c->decode = 0;
+            c->attention = c->backward = c->decode = c->ggml = 0;
             used = 0;
         } else if (strcmp(a, "--no-variants") == 0) {
             c->variants = 0;
             used = 0;
         } else if (strcmp(a, "--decode-only") == 0) {
-            c->attention = c->backward = c->variants = 0;
+            c->attention = c->backward = c->variants = c->ggml = 0;
             used = 0;
         } else if (strcmp(a, "--decode-softmax-only") == 0) {
-            c->attention = c->backward = c->decode_step = c->variants = 0;
+            c->attention = c->backward = c->decode_step = c->variants = c->ggml = 0;
             used = 0;
         } else if (strcmp(a, "--no-backward") == 0) {
             c->backward = 0;
             used = 0;
         } else if (strcmp(a, "--backward-only") == 0) {
-            c->attention = c->decode = c->variants = 0;
+            c->attention = c->decode = c->variants = c->ggml = 0;
+            used = 0;
+        } else if (strcmp(a, "--ggml-only") == 0) {
+            c->attention = c->decode = c->backward = c->variants = 0;
+            c->ggml = 1;
+            used = 0;
+        } else if (strcmp(a, "--no-ggml") == 0) {
+            c->ggml = 0;
             used = 0;
         } else if (!v) {
             fprintf(stderr, "favor_bench: %s: unknown option, or its value is missing\n", a);
@@ -1480,6 +1508,10 @@ static int parse_args(int argc, char **argv, config *c)
             c->csv = v;
         } else if (strcmp(a, "--variants-csv") == 0) {
             c->variants_csv = v;
+        } else if (strcmp(a, "--ggml-csv") == 0) {
+            c->ggml_csv = v;
+        } else if (strcmp(a, "--ggml-max-keys") == 0) {
+            if (parse_size(v, &c->ggml_max_keys) != 0) return -1;
         } else if (strcmp(a, "--json") == 0) {
             c->json = v;
         } else if (strcmp(a, "--python") == 0) {
@@ -1750,11 +1782,11 @@ static int sm_decode_call(void *p)
     return favor_softmax_attention(s->q, s->k, s->v, s->o, &s->opt) != FAVOR_OK;
 }
 
-/* sd for a causal decode call on these views with `threads` threads and a
+/* sd for a call on these views with these flags and `threads` threads and a
  * workspace of the queried size (returned: the caller frees it; NULL when none
  * is needed) */
-static void *sm_decode_bind(sm_decode *sd, const favor_tensor *Q, const favor_tensor *K,
-                            const favor_tensor *V, const favor_tensor *O, int threads)
+static void *sm_bind(sm_decode *sd, const favor_tensor *Q, const favor_tensor *K,
+                     const favor_tensor *V, const favor_tensor *O, unsigned flags, int threads)
 {
     size_t ws;
     void *buf;
@@ -1763,13 +1795,20 @@ static void *sm_decode_bind(sm_decode *sd, const favor_tensor *Q, const favor_te
     sd->v = V;
     sd->o = O;
     sd->opt = favor_default_options();
-    sd->opt.flags = FAVOR_CAUSAL;
+    sd->opt.flags = flags;
     sd->opt.threads = threads;
     ws = favor_softmax_attention_workspace(Q, K, V, &sd->opt);
     buf = ws ? xmalloc(ws) : NULL;
     sd->opt.workspace = buf;
     sd->opt.workspace_size = ws;
     return buf;
+}
+
+/* sm_bind of a causal decode call */
+static void *sm_decode_bind(sm_decode *sd, const favor_tensor *Q, const favor_tensor *K,
+                            const favor_tensor *V, const favor_tensor *O, int threads)
+{
+    return sm_bind(sd, Q, K, V, O, FAVOR_CAUSAL, threads);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -2045,28 +2084,23 @@ static int time_batched(bench_fn fn, void *ctx, int samples, double budget, timi
     return 0;
 }
 
-/* The float64 softmax of a decode call, every query head h against key/value head
- * h / (heads_q / heads_kv), causal: row i sees keys j <= i + n_k - n; q, k, v of
- * any element type (16-bit ones widened exactly), o fp32. Returns max|o - ref|
- * over the manual's tolerance 2e-5 max|V| (<= 1 passes). */
-static double decode_check(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
-                           const favor_tensor *o)
+/* The float64 softmax attention of q, k, v (any element types, 16-bit ones
+ * widened exactly), every query head h against key/value head
+ * h / (heads_q / heads_kv); causal: row i sees keys j <= i + n_k - n. Returns
+ * [heads_q][n][d_v] doubles, which the caller frees. */
+static double *ref_attention(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+                             int causal)
 {
     size_t grp = q->heads / k->heads, n = q->rows, nk = k->rows, d = q->cols, dv = v->cols;
     size_t h, i, j, c;
-    double *s = (double *)xmalloc(nk * sizeof *s), *acc = (double *)xmalloc(dv * sizeof *acc);
-    double scale = 1.0 / sqrt((double)d), err = 0, vmax = 0;
-    for (h = 0; h < v->heads; ++h)
-        for (j = 0; j < nk; ++j)
-            for (c = 0; c < dv; ++c) {
-                double a = fabs((double)elem_at(v, h, j, c));
-                if (a > vmax) vmax = a;
-            }
+    double *s = (double *)xmalloc(nk * sizeof *s);
+    double *ref = (double *)xmalloc(q->heads * n * dv * sizeof *ref);
+    double scale = 1.0 / sqrt((double)d);
     for (h = 0; h < q->heads; ++h) {
         size_t g = h / grp;
         for (i = 0; i < n; ++i) {
-            const float *oi = (float *)o->data + h * o->head_stride + i * o->row_stride;
-            size_t vis = i + nk - n + 1;
+            double *acc = ref + (h * n + i) * dv;
+            size_t vis = causal ? i + nk - n + 1 : nk;
             double mx = -HUGE_VAL, den = 0;
             for (j = 0; j < vis; ++j) {
                 double t = 0;
@@ -2081,15 +2115,52 @@ static double decode_check(const favor_tensor *q, const favor_tensor *k, const f
                 den += p;
                 for (c = 0; c < dv; ++c) acc[c] += p * (double)elem_at(v, g, j, c);
             }
-            for (c = 0; c < dv; ++c) {
-                double e = fabs((double)oi[c] - acc[c] / den);
-                if (!(e <= err)) err = e; /* NaN propagates */
-            }
+            for (c = 0; c < dv; ++c) acc[c] /= den;
         }
     }
     free(s);
-    free(acc);
-    return err / (2e-5 * vmax);
+    return ref;
+}
+
+/* max |v| over the elements of a view */
+static double max_abs(const favor_tensor *v)
+{
+    size_t h, j, c;
+    double vmax = 0;
+    for (h = 0; h < v->heads; ++h)
+        for (j = 0; j < v->rows; ++j)
+            for (c = 0; c < v->cols; ++c) {
+                double a = fabs((double)elem_at(v, h, j, c));
+                if (a > vmax) vmax = a;
+            }
+    return vmax;
+}
+
+/* max |o - ref| of an fp32 output against ref_attention's [heads][rows][cols] */
+static double max_error(const favor_tensor *o, const double *ref)
+{
+    size_t h, i, c;
+    double err = 0;
+    for (h = 0; h < o->heads; ++h)
+        for (i = 0; i < o->rows; ++i) {
+            const float *oi = (float *)o->data + h * o->head_stride + i * o->row_stride;
+            const double *ri = ref + (h * o->rows + i) * o->cols;
+            for (c = 0; c < o->cols; ++c) {
+                double e = fabs((double)oi[c] - ri[c]);
+                if (!(e <= err)) err = e; /* NaN propagates */
+            }
+        }
+    return err;
+}
+
+/* The float64 softmax of a causal decode call (ref_attention): max|o - ref|
+ * over the manual's tolerance 2e-5 max|V| (<= 1 passes); o fp32. */
+static double decode_check(const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
+                           const favor_tensor *o)
+{
+    double *ref = ref_attention(q, k, v, 1), err = max_error(o, ref);
+    free(ref);
+    return err / (2e-5 * max_abs(v));
 }
 
 /* The recurrent step (8 heads, d = 64, FAVOR+ m = 256, one thread) after each
@@ -3429,6 +3500,391 @@ static int run_variants(const config *c, const char *cpu)
     return failures;
 }
 
+/* ------------------------------------------------------------------------- */
+/* ggml's CPU flash attention (ggml_flash_attn_ext) beside favor.h, on the same */
+/* buffers, calls interleaved (issue 26)                                      */
+/* ------------------------------------------------------------------------- */
+#ifdef FAVOR_BENCH_GGML
+
+/* ggml's commit: the one CMake found (git, or FAVOR_GGML_COMMIT), else the one
+ * ggml's own build recorded (also "unknown" for a tree without git). */
+static const char *gg_commit(void)
+{
+    return strcmp(FAVOR_BENCH_GGML_COMMIT, "unknown") != 0 ? FAVOR_BENCH_GGML_COMMIT
+                                                           : peer_ggml_commit();
+}
+
+/* One call of an interleaved group: favor.h (an sm_decode) or ggml. */
+typedef struct {
+    bench_fn fn;
+    void *ctx;
+    int batch;
+    double *at; /* seconds per call, by round (gg_time frees) */
+    double median;
+} gg_call;
+
+static int gg_ggml_call(void *p) { return peer_ggml_run((peer_ggml *)p); }
+
+/* Times the k calls of a group interleaved: a warm-up call each, then `rounds`
+ * rounds in which each call gives one sample (a batch of calls of >= min_sample
+ * seconds, one call when a call is longer), the order rotating from round to
+ * round, so that a clock that drifts or a core that another process takes weighs
+ * on favor.h and ggml alike. Returns the index of a call that failed, or -1. */
+static int gg_time(gg_call *g, int k, int rounds, double min_sample)
+{
+    int i, r, b;
+    double *ts = (double *)xmalloc((size_t)(k * rounds) * sizeof *ts), *sorted;
+    for (i = 0; i < k; ++i) {
+        double t0 = now_s(), warm;
+        g[i].at = ts + i * rounds;
+        if (g[i].fn(g[i].ctx)) return i;
+        warm = now_s() - t0;
+        g[i].batch = warm >= min_sample ? 1 : warm > 0 ? (int)(min_sample / warm) + 1 : 1000;
+        if (g[i].batch > 1000) g[i].batch = 1000;
+    }
+    for (r = 0; r < rounds; ++r)
+        for (i = 0; i < k; ++i) {
+            gg_call *c = &g[(i + r) % k];
+            double t0 = now_s();
+            for (b = 0; b < c->batch; ++b)
+                if (c->fn(c->ctx)) return (int)(c - g);
+            c->at[r] = (now_s() - t0) / c->batch;
+        }
+    sorted = (double *)xmalloc((size_t)rounds * sizeof *sorted);
+    for (i = 0; i < k; ++i) {
+        memcpy(sorted, g[i].at, (size_t)rounds * sizeof *sorted);
+        g[i].median = var_median(sorted, rounds);
+    }
+    free(sorted);
+    return -1;
+}
+
+/* The state of the section: options, CSV, failures. */
+typedef struct {
+    const config *c;
+    FILE *csv;
+    int failures, checks;
+    double tol_rel; /* favor.h's tolerance: tol_rel * max|V| */
+} gg_run;
+
+/* The buffers of one shape: Q fp32 [heads_q][n][d]; K, V fp32 and the same
+ * values in fp16, [heads_kv][rows][d] with head stride hs (the longest context
+ * of the decode table: each context is a view of the first n_k rows of every
+ * head); the outputs of favor.h's two calls. */
+typedef struct {
+    float *q, *k, *v, *o32, *o16, *og;
+    uint16_t *k16, *v16;
+    size_t hs;
+} gg_bufs;
+
+/* One row of a table: favor.h fp32 and fp16 K/V and ggml f32 and f16 K/V on the
+ * same buffers, interleaved; with check, both outputs of each type against the
+ * float64 reference of that type's values. Prints the columns after the row's
+ * own, writes the CSV rows, counts failures. */
+static void gg_row(gg_run *R, const char *table, gg_bufs *b, size_t n, size_t n_k, size_t d,
+                   size_t hq, size_t hkv, int causal, int threads, int rounds, int check)
+{
+    favor_tensor Q = favor_tensor_packed(b->q, hq, n, d), K[2], V[2], O[2];
+    sm_decode sd[2];
+    void *ws[2];
+    peer_ggml *pg[2];
+    peer_ggml_call pc;
+    gg_call g[4];
+    double ratio[2], errs[2][2];
+    char why[128], line[256];
+    size_t len = 0;
+    int t, bad;
+    K[0] = favor_tensor_packed(b->k, hkv, n_k, d);
+    V[0] = favor_tensor_packed(b->v, hkv, n_k, d);
+    K[1] = favor_tensor_packed_as(FAVOR_F16, b->k16, hkv, n_k, d);
+    V[1] = favor_tensor_packed_as(FAVOR_F16, b->v16, hkv, n_k, d);
+    O[0] = favor_tensor_packed(b->o32, hq, n, d);
+    O[1] = favor_tensor_packed(b->o16, hq, n, d);
+    memset(&pc, 0, sizeof pc);
+    pc.q = b->q;
+    pc.d = d;
+    pc.n = n;
+    pc.n_k = n_k;
+    pc.heads_q = hq;
+    pc.heads_kv = hkv;
+    pc.kv_head_stride = b->hs;
+    pc.causal = causal;
+    for (t = 0; t < 2; ++t) {
+        K[t].head_stride = V[t].head_stride = b->hs;
+        ws[t] = sm_bind(&sd[t], &Q, &K[t], &V[t], &O[t], causal ? FAVOR_CAUSAL : 0, threads);
+        pc.k = t ? (const void *)b->k16 : (const void *)b->k;
+        pc.v = t ? (const void *)b->v16 : (const void *)b->v;
+        pc.kv_f16 = t;
+        pg[t] = peer_ggml_new(&pc, threads, why, sizeof why);
+        g[2 * t].fn = sm_decode_call;
+        g[2 * t].ctx = &sd[t];
+        g[2 * t + 1].fn = gg_ggml_call;
+        g[2 * t + 1].ctx = pg[t];
+    }
+    if (!pg[0] || !pg[1]) {
+        printf(" | ggml: %s\n", why);
+        ++R->failures;
+        goto done;
+    }
+    bad = gg_time(g, 4, rounds, 0.02);
+    if (bad >= 0) {
+        printf(" | %s call failed\n", bad % 2 ? "ggml" : "favor.h");
+        ++R->failures;
+        free(g[0].at);
+        goto done;
+    }
+    for (t = 0; t < 2; ++t) {
+        char tg[32], tf[32];
+        ratio[t] = g[2 * t + 1].median / g[2 * t].median;
+        fmt_time(tg, sizeof tg, g[2 * t + 1].median);
+        fmt_time(tf, sizeof tf, g[2 * t].median);
+        len += (size_t)snprintf(line + len, sizeof line - len, " | %11s %11s %6.2f", tg, tf,
+                                ratio[t]);
+        errs[t][0] = errs[t][1] = -1;
+    }
+    free(g[0].at);
+    if (check)
+        for (t = 0; t < 2; ++t) {
+            /* the reference of this type's values: fp16 K, V widened exactly */
+            double *ref = ref_attention(&Q, &K[t], &V[t], causal), tol;
+            favor_tensor OG = favor_tensor_packed(b->og, hq, n, d);
+            peer_ggml_output(pg[t], b->og);
+            errs[t][0] = max_error(&O[t], ref);
+            errs[t][1] = max_error(&OG, ref);
+            tol = R->tol_rel * max_abs(&V[t]);
+            ++R->checks;
+            if (!(errs[t][0] <= tol)) ++R->failures;
+            len += (size_t)snprintf(line + len, sizeof line - len, "%s %s %.1e/%.1e%s",
+                                    t ? "," : " |", t ? "f16" : "f32", errs[t][0], errs[t][1],
+                                    errs[t][0] <= tol ? "" : " FAIL");
+            free(ref);
+        }
+    printf("%s\n", line);
+    if (R->csv)
+        for (t = 0; t < 2; ++t) {
+            fprintf(R->csv, "%s,%d,%zu,%zu,%zu,%zu,%zu,%d,%s,%.6f,%.6f,%.4f,", table, causal, n,
+                    n_k, d, hq, hkv, threads, t ? "f16" : "f32", 1e3 * g[2 * t + 1].median,
+                    1e3 * g[2 * t].median, ratio[t]);
+            if (errs[t][0] >= 0)
+                fprintf(R->csv, "%.3e,%.3e\n", errs[t][1], errs[t][0]);
+            else
+                fprintf(R->csv, ",\n");
+            fflush(R->csv);
+        }
+done:
+    for (t = 0; t < 2; ++t) {
+        peer_ggml_free(pg[t]);
+        free(ws[t]);
+    }
+    fflush(stdout);
+}
+
+/* fp16 copies of the fp32 K and V of a gg_bufs, count elements each */
+static void gg_half(gg_bufs *b, size_t count)
+{
+    b->k16 = (uint16_t *)xmalloc(count * sizeof(uint16_t));
+    b->v16 = (uint16_t *)xmalloc(count * sizeof(uint16_t));
+    narrow_array(FAVOR_F16, b->k16, b->k, count);
+    narrow_array(FAVOR_F16, b->v16, b->v, count);
+}
+
+static void gg_free(gg_bufs *b)
+{
+    free(b->q);
+    free(b->k);
+    free(b->v);
+    free(b->o32);
+    free(b->o16);
+    free(b->og);
+    free(b->k16);
+    free(b->v16);
+}
+
+static const char *const gg_cols = " | %11s %11s %6s | %11s %11s %6s | %s\n";
+
+/* Prefill: n = n_k from 512 to 8192 (--n-max; --quick: 256), 8 heads on 8,
+ * non-causal and causal, each d, each thread count. */
+static void gg_prefill(gg_run *R)
+{
+    const config *c = R->c;
+    const size_t H = 8, n_lo = c->quick ? 256 : 512;
+    size_t n_hi = c->quick ? 256 : c->n_max < 8192 ? c->n_max : 8192, n;
+    int ci, di, ti;
+    printf("\nPrefill: n query rows on n_k = n keys, %zu query heads on %zu key/value heads,\n"
+           "Q fp32; K and V fp32 (f32 columns) or the same values in fp16 (f16 columns:\n"
+           "favor_tensor FAVOR_F16 for favor.h, GGML_TYPE_F16 for ggml); output fp32.\n"
+           "Time per call: median of %d interleaved rounds.\n\n",
+           H, H, 5);
+    printf("%-6s %4s %6s %3s", "causal", "d", "n", "thr");
+    printf(gg_cols, "ggml f32", "favor f32", "ratio", "ggml f16", "favor f16", "ratio",
+           "check: max|err| favor/ggml");
+    for (ci = 0; ci < 2; ++ci)
+        for (di = 0; di < c->decode_nds; ++di) {
+            size_t d = c->decode_ds[di];
+            if (n_lo > n_hi) break;
+            for (n = n_lo; n <= n_hi; n *= 2) {
+                gg_bufs b;
+                size_t len = H * n * d;
+                unsigned long long base = c->seed * 1000003ULL + n * 131ULL + d;
+                memset(&b, 0, sizeof b);
+                b.q = alloc_floats(len);
+                b.k = alloc_floats(len);
+                b.v = alloc_floats(len);
+                b.o32 = alloc_floats(len);
+                b.o16 = alloc_floats(len);
+                b.og = alloc_floats(len);
+                b.hs = n * d;
+                fill_normal(b.q, len, 0.5, base + 1);
+                fill_normal(b.k, len, 0.5, base + 2);
+                fill_normal(b.v, len, 1.0, base + 3);
+                gg_half(&b, len);
+                for (ti = 0; ti < c->nthreads; ++ti) {
+                    printf("%-6s %4zu %6zu %3d", ci ? "yes" : "no", d, n, c->threads[ti]);
+                    fflush(stdout);
+                    gg_row(R, "prefill", &b, n, n, d, H, H, ci, c->threads[ti], 5,
+                           n == n_lo && ti == 0);
+                }
+                gg_free(&b);
+            }
+        }
+}
+
+/* MemAvailable of /proc/meminfo in bytes, or 0 */
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (size_t)kb * 1024;
+}
+
+/* Decode: the causal rows of a token (n = 1, 8 on 8 heads), four tokens (n = 4,
+ * 8 on 8) and grouped-query heads (n = 1, 32 on 8) against each context, each d,
+ * f32 and f16 caches, each thread count. */
+static void gg_decode(gg_run *R)
+{
+    static const size_t ctx_all[6] = {1024, 4096, 16384, 65536, 131072, 1048576};
+    static const size_t n_of[3] = {1, 4, 1}, hq_of[3] = {8, 8, 32};
+    const config *c = R->c;
+    const size_t hkv = 8, qmax = 32 * 4;
+    size_t budget = mem_available() / 4 * 3, ctxs[6];
+    int nctx = 0, i, di, ci, si, ti;
+    for (i = 0; i < 6 && ctx_all[i] <= c->ggml_max_keys && !(c->quick && i > 0); ++i)
+        ctxs[nctx++] = ctx_all[i];
+    printf("\nDecode: causal (FAVOR_CAUSAL; ggml a mask with -inf where j > i + n_k - n,\n"
+           "none for n = 1, whose one row sees every key) n query rows against a cache of\n"
+           "n_k keys; Q fp32, K and V fp32 or fp16, [kv head][row][d], each context a view\n"
+           "of the first n_k rows of one cache per d. Time per call: median of %d\n"
+           "interleaved rounds. Memory budget: %.1f GiB (3/4 of MemAvailable); a context\n"
+           "whose K and V (fp32 and fp16: 12 bytes per element) would pass it is skipped.\n\n",
+           7, (double)budget / (1 << 30));
+    if (!nctx) {
+        printf("no context: --ggml-max-keys is below 1024\n");
+        return;
+    }
+    printf("%4s %8s %5s %2s %3s", "d", "n_k", "q/kv", "n", "thr");
+    printf(gg_cols, "ggml f32", "favor f32", "ratio", "ggml f16", "favor f16", "ratio",
+           "check: max|err| favor/ggml");
+    for (di = 0; di < c->decode_nds; ++di) {
+        size_t d = c->decode_ds[di], cap = 0, len, per = 12 * hkv * d, extra;
+        gg_bufs b;
+        for (ci = 0; ci < nctx; ++ci) {
+            peer_ggml_call pc;
+            memset(&pc, 0, sizeof pc);
+            pc.d = d;
+            pc.n = 4;
+            pc.n_k = ctxs[ci];
+            pc.heads_q = 32;
+            pc.causal = 1;
+            extra = peer_ggml_bytes(&pc) + ((size_t)64 << 20);
+            if (budget && ctxs[ci] * per + extra > budget) break;
+            cap = ctxs[ci];
+        }
+        for (ci = 0; ci < nctx; ++ci)
+            if (ctxs[ci] > cap)
+                printf("%4zu %8zu skipped: K and V take %.1f GiB, past the budget\n", d,
+                       ctxs[ci], (double)(ctxs[ci] * per) / (1 << 30));
+        if (!cap) continue;
+        memset(&b, 0, sizeof b);
+        len = hkv * cap * d;
+        b.hs = cap * d;
+        b.k = alloc_floats(len);
+        b.v = alloc_floats(len);
+        fill_normal_par(b.k, len, 0.5, c->seed + 27 + d);
+        fill_normal_par(b.v, len, 1.0, c->seed + 28 + d);
+        gg_half(&b, len);
+        b.q = alloc_floats(qmax * d);
+        b.o32 = alloc_floats(qmax * d);
+        b.o16 = alloc_floats(qmax * d);
+        b.og = alloc_floats(qmax * d);
+        fill_normal(b.q, qmax * d, 0.5, c->seed + 29 + d);
+        for (ci = 0; ci < nctx && ctxs[ci] <= cap; ++ci)
+            for (si = 0; si < 3; ++si)
+                for (ti = 0; ti < c->nthreads; ++ti) {
+                    char hb[16];
+                    snprintf(hb, sizeof hb, "%zu/%zu", hq_of[si], hkv);
+                    printf("%4zu %8zu %5s %2zu %3d", d, ctxs[ci], hb, n_of[si], c->threads[ti]);
+                    fflush(stdout);
+                    gg_row(R, "decode", &b, n_of[si], ctxs[ci], d, hq_of[si], hkv, 1,
+                           c->threads[ti], 7, ci == 0 && ti == 0);
+                }
+        gg_free(&b);
+    }
+}
+
+/* The ggml tables. Returns the number of failures (a call that failed, or
+ * favor.h past its tolerance at a checked shape); *checks counts the checks. */
+static int run_ggml(const config *c, const char *cpu, int *checks)
+{
+    gg_run R;
+    double t0 = now_s();
+    char fam[128];
+    memset(&R, 0, sizeof R);
+    R.c = c;
+    R.tol_rel = 2e-5;
+    printf("\nfavor.h against ggml %s, commit %s:\n"
+           "ggml_flash_attn_ext on ggml's CPU backend (GGML_PREC_F32, scale 1/sqrt(d)),\n"
+           "built from source for this machine, in this process. Both read the same\n"
+           "buffers (ggml's tensors are views of favor.h's inputs; fp16 = IEEE binary16\n"
+           "for both) and run on the same thread count (favor_options.threads, ggml's\n"
+           "n_threads; both OpenMP). ggml's graph is built and planned once per shape:\n"
+           "only ggml_graph_compute is timed, and favor.h's workspace is allocated\n"
+           "outside the timed calls. Each round times each of the four calls once (a\n"
+           "batch of calls of >= 20 ms), the order rotating. ratio = ggml time / favor.h\n"
+           "time, of the medians printed (> 1: favor.h is faster). Checked at the first\n"
+           "shape of each table (first thread count): max|err| of each output against a\n"
+           "float64 softmax of the same values (Q fp32, K and V of the column's type);\n"
+           "favor.h must be within %.0e max|V| (exit 1 otherwise); ggml's error is\n"
+           "printed only (below 64 query rows, its f16 path rounds Q and its\n"
+           "accumulator to fp16).\n",
+           peer_ggml_version(), gg_commit(), R.tol_rel);
+    cpu_family(fam, sizeof fam);
+    if (c->ggml_csv) {
+        R.csv = fopen(c->ggml_csv, "w");
+        if (!R.csv)
+            fprintf(stderr, "favor_bench: cannot write %s: %s\n", c->ggml_csv, strerror(errno));
+        else
+            fprintf(R.csv,
+                    "# favor_bench ggml peer: %s (%s); ggml %s, commit %s; load "
+                    "average %.2f\n"
+                    "table,causal,n,n_k,d,heads_q,heads_kv,threads,dtype,ggml_ms,favor_ms,"
+                    "ratio,ggml_err,favor_err\n",
+                    cpu, fam, peer_ggml_version(), gg_commit(), load_average());
+    }
+    gg_prefill(&R);
+    gg_decode(&R);
+    if (R.csv) fclose(R.csv);
+    printf("\nggml tables: %d check%s, %d failure%s (%.1f s)\n", R.checks,
+           R.checks == 1 ? "" : "s", R.failures, R.failures == 1 ? "" : "s", now_s() - t0);
+    *checks += R.checks;
+    return R.failures;
+}
+#endif /* FAVOR_BENCH_GGML */
+
 static const char *const peer_title[P_COUNT] = {"BLAS-Haswell", "BLAS-default", "torch"};
 static const char *const peer_id[P_COUNT] = {"openblas_haswell", "openblas_default", "torch"};
 
@@ -3547,6 +4003,16 @@ int main(int argc, char **argv)
     printf("  %-13s %s: %s\n", peers[P_TORCH].title, c.torch_script,
            peers[P_TORCH].up ? peers[P_TORCH].note : "skipped");
     if (!peers[P_TORCH].up) printf("                (%s)\n", peers[P_TORCH].note);
+#ifdef FAVOR_BENCH_GGML
+    if (c.ggml)
+        printf("  %-13s ggml_flash_attn_ext in this process: ggml %s, commit %s\n", "ggml",
+               peer_ggml_version(), gg_commit());
+    else
+        printf("  %-13s ggml_flash_attn_ext: not requested\n", "ggml");
+#else
+    printf("  %-13s skipped: built without ggml (configure with -DFAVOR_GGML_DIR=<ggml source "
+           "tree>, or set FAVOR_GGML_DIR)\n", "ggml");
+#endif
     printf("\n");
 
     if (c.csv) csv_open(c.csv, peers);
@@ -3581,6 +4047,10 @@ int main(int argc, char **argv)
     if (c.backward) failures += run_backward(&c, peers);
 
     if (c.variants) failures += run_variants(&c, cpu);
+
+#ifdef FAVOR_BENCH_GGML
+    if (c.ggml) failures += run_ggml(&c, cpu, &checks);
+#endif
 
     for (p = 0; p < P_COUNT; ++p) peer_stop(&peers[p]);
 
