@@ -3409,6 +3409,18 @@ typedef struct {
     size_t map_blocks, map_tiles;
 } favor__mods;
 
+/* The window's right side as the offset of a staircase (favor__gemm_stair):
+ * row i's last key is p_i + right; past n + n_k every row sees every key, so the
+ * side is cut there (no overflow). Only for a bounded side (right >= 0: the
+ * causal rule is right = 0). The products over a tile then skip the later keys a
+ * row does not see, so a NaN or inf there cannot reach it through a zero
+ * weight (fuzz finding 11: a window of 8 keys to the right, inf in a later
+ * value, NaN in a row that sees none of them). */
+static size_t favor__right(const favor__mods *md, size_t n, size_t nk)
+{
+    return md->right < (ptrdiff_t)(n + nk) ? (size_t)md->right : n + nk;
+}
+
 static void favor__mods_of(favor__mods *md, const favor_options *o, size_t heads)
 {
     int win = o && (o->flags & FAVOR_WINDOW);
@@ -3739,9 +3751,10 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
         for (r = 0; r < bk.nq; ++r)
             if (alpha[r] != 1.0f) favor__scal(O + r * ldo, alpha[r], dv);
-        if (x->md.right == 0) /* causal: row r takes keys j0 + j < hi(i0 + r) */
-            favor__gemm_stair(bk.nq, dv, nb, 0, favor__causal_base(i0 + 1 + nk, n + j0), St, 1,
-                              BQ, V, ldv, O, ldo);
+        if (x->md.right >= 0) /* row r takes keys j0 + j < hi(i0 + r), no later one */
+            favor__gemm_stair(bk.nq, dv, nb, 0,
+                              favor__causal_base(i0 + 1 + nk + favor__right(&x->md, n, nk), n + j0),
+                              St, 1, BQ, V, ldv, O, ldo);
         else
             favor__gemm(bk.nq, dv, nb, St, 1, BQ, V, ldv, O, ldo, 1);
     }
@@ -5775,9 +5788,10 @@ static void favor__softmax_bwd_keys(const float *Q, size_t ldq, const float *K, 
         favor__gemm(nb, BQ, dv, V + j0 * ldv, ldv, 1, Gt, BQ, dPt, BQ, 0);
         for (j = 0; j < nb; ++j) favor__dsoftmax(dPt + j * BQ, St + j * BQ, D, s, BQ);
         if (Tt) favor__dtanh(dPt, Tt, nb * BQ);
-        if (md->right == 0) { /* query row r and key j0 + j meet only when r sees the key */
-            ptrdiff_t rows = favor__causal_base(i0 + 1 + nk, n + j0);
-            ptrdiff_t keys = favor__causal_base(j0 + n, nk + i0);
+        if (md->right >= 0) { /* query row r and key j0 + j meet only when r sees the key */
+            size_t right = favor__right(md, n, nk);
+            ptrdiff_t rows = favor__causal_base(i0 + 1 + nk + right, n + j0);
+            ptrdiff_t keys = favor__causal_base(j0 + n, nk + i0 + right);
             favor__gemm_stair(nb, dv, nq, 1, keys, St, BQ, 1, G + i0 * ldg, ldg, DV + j0 * lddv,
                               lddv);
             favor__gemm_stair(nq, d, nb, 0, rows, dPt, 1, BQ, K + j0 * ldk, ldk, DQP, ldp);
