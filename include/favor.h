@@ -4177,25 +4177,24 @@ static void favor__softmax_items(const favor_tensor *q, const favor_tensor *k,
     long it, items;
     for (seq = 0; seq < ns; ++seq) all += favor__seq_items(opts, seq, q->rows, k->rows, hq);
     items = (long)all;
-    (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel num_threads((int)nt)
 #endif
     {
         favor__seqv sv;
         favor__sm x;
-        size_t cur = 0, first = 0, here = 0, slice = 0, at = 0, blocks = 1;
-        int made = 0, started = 0;
+        size_t cur = 0, first = 0, here = favor__seq_items(opts, 0, q->rows, k->rows, hq);
+        size_t slice = 0, at = 0, blocks = 1;
+        int made = 0;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (it = 0; it < items; ++it) {
             size_t i = (size_t)it, j;
-            if (!started || i < first) { /* (re)start the scan */
+            if (i < first) { /* restart the scan */
                 cur = first = 0;
                 here = favor__seq_items(opts, 0, q->rows, k->rows, hq);
                 made = 0;
-                started = 1;
             }
             while (i >= first + here) {
                 first += here;
@@ -4231,6 +4230,7 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     float *ws, s;
     void *owned;
     size_t floats, nt, seq;
+    int masked;
     favor__why w = favor__why_of(opts);
     if ((st = favor__check_qkvo(q, k, v, out, &sh, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
@@ -4243,15 +4243,17 @@ FAVOR_API favor_status favor_softmax_attention(const favor_tensor *q, const favo
     /* Sequences on the decode path, and every sequence of a masked call (each
      * builds its own tile map), run one after another; the other sequences'
      * (sequence, head, block) items share one loop (favor__softmax_items). */
+    masked = opts && opts->mask;
     for (seq = 0; seq < favor__nseq(opts); ++seq) {
         favor__seqv sv;
         favor__sm x;
         size_t slice = 0, at = 0;
-        int dec = favor__softmax_seq(&x, &sv, q, k, v, out, opts, seq, s, nt, &slice, &at);
-        if (sv.q.rows && (dec || (opts && opts->mask)))
-            favor__softmax_run(&x, sh.hq, sh.hkv, ws, slice, at, dec, nt);
+        int dec;
+        if (!masked && favor__seq_items(opts, seq, sh.n, sh.nk, sh.hq)) continue;
+        dec = favor__softmax_seq(&x, &sv, q, k, v, out, opts, seq, s, nt, &slice, &at);
+        if (sv.q.rows) favor__softmax_run(&x, sh.hq, sh.hkv, ws, slice, at, dec, nt);
     }
-    if (!(opts && opts->mask)) favor__softmax_items(q, k, v, out, opts, s, sh.hq, ws, nt);
+    if (!masked) favor__softmax_items(q, k, v, out, opts, s, sh.hq, ws, nt);
     favor__ws_put(owned);
     return FAVOR_OK;
 }
