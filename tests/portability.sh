@@ -10,6 +10,8 @@
 #   sh tests/portability.sh cxx        the header as C++11 (g++, clang++, -Werror):
 #                                      tests/cxx/cxx_smoke.cpp, scalar and AVX2, run
 #   sh tests/portability.sh m32        32-bit x86 (gcc -m32): build, ctest (scalar, AVX2;
+#                                      under qemu-i386 where the kernel runs no i386
+#                                      binaries, the 32-bit subset named in job_m32;
 #                                      no AVX-512 variant)
 #   sh tests/portability.sh cortex-m4  arm-none-eabi-gcc, Cortex-M4 hard float, scalar,
 #                                      FAVOR_NO_MALLOC: compile, link, report code size
@@ -118,11 +120,21 @@ job_m32() {
     if [ -z "$emulator" ]; then
         ctest --test-dir "$dir" --output-on-failure -j"$jobs"
     else
-        # as under qemu-aarch64: the 10^7-token recurrence and the training runs
-        # take many minutes emulated (both run natively in the 64-bit jobs)
-        echo "m32: under qemu-i386, leaving out long_recurrence and favor_train_smoke"
-        ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 1500 \
-            -E 'long_recurrence|favor_train_smoke'
+        # qemu-i386 runs the scalar variant's x87 arithmetic some 100x slower
+        # than a native i386 process (CI, Zen 5 VM, 2026-11-26: test_linear_scalar
+        # 1011 s, test_backends_avx2 186 s; the whole suite did not finish in 70
+        # minutes). Emulated, the job runs the suites that reach what 32-bit x86
+        # changes and the 64-bit jobs cannot: a 32-bit size_t in every size and
+        # overflow check (test_validation), 4-byte malloc alignment and the
+        # workspace arithmetic (standalone_alloc, standalone_nomalloc, test_merge,
+        # test_fused, test_softmax, test_batch), the 16-bit conversions, and x87
+        # excess precision against the bit-identity claims (standalone_convert,
+        # standalone_tanh, test_variants), scalar and AVX2 each; and the header
+        # in several translation units. The other suites run the same kernels
+        # on x86-64 natively in every other job.
+        echo "m32: under qemu-i386: the 32-bit subset (see tests/portability.sh)"
+        ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 600 \
+            -R '^(test_(validation|merge|fused|softmax|batch|variants)|standalone_(alloc|nomalloc|convert|tanh))_(scalar|avx2)$|^symbols_'
     fi
 }
 
