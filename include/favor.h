@@ -126,6 +126,38 @@
  * call per sequence on its rows; keys of a sequence without query rows get zero
  * gradients. favor_linear_extend refuses opts.seqs (a state holds one sequence).
  *
+ * GATES (causal linear attention: favor_linear_attention with FAVOR_CAUSAL,
+ * favor_linear_extend, favor_linear_step_ex). Each key/value head's state
+ * decays before each key t joins it, by a_t = gamma_h exp(g_t):
+ *     S_t = a_t S_{t-1} + phi(k_t) v_t^T,   z_t = a_t z_{t-1} + phi(k_t),
+ *     o_i = phi(q_i)^T S_{p_i} / phi(q_i)^T z_{p_i},
+ * p_i the row's position (as FAVOR_CAUSAL aligns it). opts.decay gives the
+ * constants gamma_h in (0, 1] (one per key/value head, the same for every batch
+ * element), opts.gates the fp32 log-gates g_t <= 0 of every key position (a
+ * view [batch][heads_kv][n_k][1]); either or both (they multiply). FAVOR_NO_NORM
+ * drops the normalizer, o_i = phi(q_i)^T S_{p_i}, for every map (with or without
+ * gates, causal or not); FAVOR_IDENTITY, phi(x) = sqrt(s) x (width d, no W), is
+ * allowed only with it, its denominators being able to vanish. Refused with
+ * FAVOR_E_ARG: decay or gates on a non-causal call, a log-gate that is positive,
+ * NaN or -inf, a gamma outside (0, 1], FAVOR_IDENTITY without FAVOR_NO_NORM, any
+ * of them on softmax attention; gates of another shape than [heads_kv][n_k][1]
+ * (per batch element) are FAVOR_E_SHAPE. The state keeps nothing of the gates:
+ * each call passes its own tokens' (extend: n rows; step_ex: one). Packed
+ * sequences read their own key rows of the gates, each from an empty state.
+ * Inside a chunk the decays are exponentials of differences of cumulative
+ * log-gates taken in double, each rounded once to float, so a factor errs by
+ * about 2^-24 times its own exponent, not by the chunk's summed gates; every
+ * exponent is <= 0, and the stabilizers of the random maps decay with the state.
+ * Layers these options compute exactly: RetNet's retention and lightning
+ * attention (FAVOR_IDENTITY, FAVOR_NO_NORM, decay gamma_h; the group norm and
+ * output gate are the caller's), the scalar-gated core of Mamba-2's SSD
+ * (FAVOR_IDENTITY, FAVOR_NO_NORM, q = C, k = B, v = x dt, gates = dt A; the skip
+ * term D x is the caller's), and linear attention of any map with per-head or
+ * per-token scalar decay. Not computed: gates that differ per feature (GLA,
+ * RWKV-6, Mamba-1's per-channel decay) and the delta rule (DeltaNet, Gated
+ * DeltaNet). The backward passes do not take decay, gates or FAVOR_NO_NORM yet
+ * (FAVOR_E_ARG).
+ *
  * FEATURE MAPS (x' = sqrt(s) x, s the scale, by default 1/sqrt(d); W is m x d):
  *     FAVOR_ELU1        elu(x)+1 (x itself, unscaled)             width d
  *     FAVOR_POSITIVE    exp(W x' - |x'|^2/2 - c) / sqrt(m)         width m   FAVOR+
@@ -184,7 +216,9 @@
  *     (measured over every float: 1 ULP; 1.33 ULP and |error| < 8e-8 from the
  *     exact value); tanh(+-0) = +-0, tanh(+-inf) = +-1, tanh(NaN) = NaN; the
  *     softcap c tanh(x / c), x / c as x * (1/c): |error| <= 2.5e-7 c.
- * Finite inputs up to 1e4 in magnitude give finite outputs for every method.
+ * Finite inputs up to 1e4 in magnitude give finite outputs for every method
+ * (FAVOR_NO_NORM with POSITIVE, HYPERBOLIC or TRIG excepted: the unnormalized
+ * sums of exponential features can themselves leave float's range).
  * FAVOR+ itself is an estimate of softmax attention whose mean squared error falls
  * as 1/m (tests/test_features.c measures it).
  *
@@ -318,6 +352,10 @@
  *          chose AVX2; favor_backend() returns "avx512"). Same algorithm and
  *          bounds; its results round differently from AVX2's, as AVX2's do
  *          from scalar's.
+ *          Gated linear attention (GATES): favor_options gains, after seq_k,
+ *          decay, gates and dgates; the flag FAVOR_NO_NORM (4); the kernel
+ *          FAVOR_IDENTITY (after FAVOR_POLY2); favor_linear_step_ex. A pending
+ *          token keeps its log-gate: favor_state_floats grows by heads*16.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -438,10 +476,12 @@ FAVOR_API size_t favor_dtype_size(favor_dtype dtype);
 /* Flags of favor_options.flags. */
 #define FAVOR_CAUSAL 1u
 #define FAVOR_WINDOW 2u /* softmax: the window of window_left, window_right applies */
+#define FAVOR_NO_NORM 4u /* linear: o = phi(q)^T S, without the normalizer (see GATES) */
 
 /* Per-call options. A NULL options pointer means favor_default_options(). */
 typedef struct {
-    unsigned flags;        /* 0, FAVOR_CAUSAL, FAVOR_WINDOW or both             */
+    unsigned flags;        /* FAVOR_CAUSAL, FAVOR_WINDOW (softmax), FAVOR_NO_NORM
+                              (linear), or 0                                    */
     float scale;           /* s > 0; 0 = default (1/sqrt(d) for softmax; the
                               features' own scale for linear attention)         */
     int threads;           /* 0 = default (OpenMP's), 1 = single-threaded, n > 1
@@ -483,6 +523,16 @@ typedef struct {
     size_t seqs;
     const size_t *seq_q;    /* seqs + 1 offsets from 0 to n, non-decreasing    */
     const size_t *seq_k;    /* the same to n_k; NULL: seq_q (n_k = n)          */
+    /* Gated linear attention (causal linear attention, extend and step; see
+       GATES); each off when NULL, and softmax attention refuses them. */
+    const float *decay;     /* heads_kv constants gamma_h in (0, 1]: the state
+                               decays by gamma_h before each key              */
+    const favor_tensor *gates; /* fp32 log-gates g <= 0, [batch][heads_kv][n_k]
+                               [1] (rows: key positions, one column): the state
+                               decays by exp(g_t) before key t; batch 0 or 1
+                               when the call has no batch                     */
+    const favor_tensor *dgates; /* backward, with gates: dL/dg, shaped as gates
+                               (overwritten); the forward ignores it          */
 } favor_options;
 
 /* No flags, scale 0 (the default), threads 0 (OpenMP's default), no workspace
@@ -496,7 +546,8 @@ typedef enum {
     FAVOR_HYPERBOLIC,
     FAVOR_TRIG,
     FAVOR_RELU,
-    FAVOR_POLY2
+    FAVOR_POLY2,
+    FAVOR_IDENTITY  /* phi(x) = sqrt(s) x: with FAVOR_NO_NORM only (see GATES) */
 } favor_kernel;
 
 /* Flags of favor_features_init(). Orthogonal blocks and chi norms by default. */
@@ -517,11 +568,11 @@ typedef struct {
     favor_kernel kernel;
     unsigned flags;
     size_t dim;          /* d                                        */
-    size_t count;        /* m (ELU1, POLY2: d)                       */
+    size_t count;        /* m (ELU1, POLY2, IDENTITY: d)             */
     float scale;         /* s, initialised to 1/sqrt(d)              */
     unsigned long long seed;
-    float *w;            /* count x dim (NULL for ELU1, POLY2)       */
-    float *wt;           /* dim x count (NULL for ELU1, POLY2)       */
+    float *w;            /* count x dim (NULL for ELU1, POLY2, IDENTITY) */
+    float *wt;           /* dim x count (NULL for ELU1, POLY2, IDENTITY) */
 } favor_features;
 
 /* Floats of storage favor_features_init() needs: 2*count*dim + 2*dim for the
@@ -681,13 +732,13 @@ typedef struct {
     float *scratch;      /* used by favor_linear_step               */
     float *comp;         /* heads x width x (dv+1): the rounding
                             errors of s and z (compensated sums)    */
-    float *pend;         /* heads x 16 x (width + dv + 1): the last
+    float *pend;         /* heads x 16 x (width + dv + 2): the last
                             tokens favor_linear_step took, not yet
                             added to s and z                        */
 } favor_state;
 
 /* Floats of storage a state needs: heads*(2*width*(dv+2) + 2*d + 3 +
- * 16*(width+dv+1)) + width + max(width, 16*dv) + 35,
+ * 16*(width+dv+2)) + width + max(width, 16*dv) + 35,
  * constant in the number of tokens. Returns 0 for arguments favor_state_init
  * would reject. O(1). */
 FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv);
@@ -735,6 +786,18 @@ FAVOR_API size_t favor_linear_extend_workspace(const favor_features *f,
 FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *st,
                                          const favor_tensor *q, const favor_tensor *k,
                                          const favor_tensor *v, const favor_tensor *out);
+
+/* favor_linear_step with options (NULL: favor_linear_step): opts->flags may
+ * hold FAVOR_CAUSAL and FAVOR_NO_NORM, opts->decay and opts->gates (one row per
+ * key/value head: this token's log-gates) decay the state before the token's
+ * key joins it (see GATES), opts->scale replaces f->scale as in extend, and
+ * opts->error takes the text of a refusal; the rest is not read. Same cost and
+ * storage as favor_linear_step. Errors as favor_linear_step, plus those of the
+ * options (FAVOR_E_ARG, FAVOR_E_SHAPE for gates not shaped [heads][1][1]). */
+FAVOR_API favor_status favor_linear_step_ex(const favor_features *f, favor_state *st,
+                                            const favor_tensor *q, const favor_tensor *k,
+                                            const favor_tensor *v, const favor_tensor *out,
+                                            const favor_options *opts);
 
 #ifdef __cplusplus
 }
@@ -2156,6 +2219,13 @@ typedef struct {
     float lognorm;/* log(sqrt(width)) for the exponential maps */
     const float *wt; /* W^T, d x m */
     const float *w;  /* W, m x d */
+    /* linear attention (see GATES): outputs without the normalizer; the
+       per-token log-gates (rows: key positions of the current sequence, heads:
+       key/value heads of every batch element) and per-head decays, or NULL */
+    int nonorm;
+    const favor_tensor *gates;
+    const float *decay;
+    size_t dheads; /* key/value heads of a batch element: decay's length */
 } favor__map;
 
 static int favor__stabilized(favor_kernel k)
@@ -2169,7 +2239,10 @@ static int favor__stabilized(favor_kernel k)
 #define FAVOR__RELU_FLOOR ((float)1e-3f)
 
 /* the maps without W (deterministic): count is d */
-static int favor__fixed(favor_kernel k) { return k == FAVOR_ELU1 || k == FAVOR_POLY2; }
+static int favor__fixed(favor_kernel k)
+{
+    return k == FAVOR_ELU1 || k == FAVOR_POLY2 || k == FAVOR_IDENTITY;
+}
 
 /* POLY2's largest d: its width, about d^2 / 2, times the chunk and d_v stays far
  * from overflow on 32-bit size_t too */
@@ -2178,7 +2251,7 @@ static int favor__fixed(favor_kernel k) { return k == FAVOR_ELU1 || k == FAVOR_P
 static size_t favor__width(favor_kernel k, size_t d, size_t m)
 {
     switch (k) {
-    case FAVOR_ELU1: return d;
+    case FAVOR_ELU1: case FAVOR_IDENTITY: return d;
     case FAVOR_POSITIVE: case FAVOR_RELU: return m;
     case FAVOR_HYPERBOLIC: case FAVOR_TRIG: return 2 * m;
     case FAVOR_POLY2: return d <= FAVOR__POLY2_MAXD ? 1 + d + d * (d + 1) / 2 : 0;
@@ -2231,7 +2304,24 @@ static void favor__map_make(favor__map *mp, const favor_features *f, float scale
     mp->lognorm = (float)(0.5 * log((double)mp->width));
     mp->wt = f->wt;
     mp->w = f->w;
+    mp->nonorm = 0;
+    mp->gates = NULL;
+    mp->decay = NULL;
+    mp->dheads = 1;
 }
+
+/* the linear options of opts into mp: FAVOR_NO_NORM, gates and decay (heads:
+ * key/value heads of a batch element) */
+static void favor__map_opts(favor__map *mp, const favor_options *opts, size_t heads)
+{
+    if (!opts) return;
+    mp->nonorm = (opts->flags & FAVOR_NO_NORM) != 0;
+    mp->gates = opts->gates;
+    mp->decay = opts->decay;
+    mp->dheads = heads;
+}
+
+static int favor__gated(const favor__map *mp) { return mp->gates || mp->decay; }
 
 /* raw features of `rows` rows of x (stride ldx) into buf (stride ldb); r[rows] */
 static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, size_t rows,
@@ -2240,8 +2330,14 @@ static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, siz
     size_t i, l, m = mp->m;
     if (favor__fixed(mp->kernel)) {
         for (i = 0; i < rows; ++i) {
-            if (mp->kernel == FAVOR_ELU1) favor__elu1_array(buf + i * ldb, x + i * ldx, mp->d);
-            else favor__poly2_row(buf + i * ldb, x + i * ldx, mp->d, mp->sqs);
+            if (mp->kernel == FAVOR_ELU1) {
+                favor__elu1_array(buf + i * ldb, x + i * ldx, mp->d);
+            } else if (mp->kernel == FAVOR_IDENTITY) {
+                memcpy(buf + i * ldb, x + i * ldx, mp->d * sizeof(float));
+                favor__scal(buf + i * ldb, mp->sqs, mp->d);
+            } else {
+                favor__poly2_row(buf + i * ldb, x + i * ldx, mp->d, mp->sqs);
+            }
             r[i] = 0.0f;
         }
         return;
@@ -2279,7 +2375,7 @@ static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, siz
             r[i] = 0.0f;
             break;
         }
-        case FAVOR_ELU1: case FAVOR_POLY2:
+        case FAVOR_ELU1: case FAVOR_POLY2: case FAVOR_IDENTITY:
             break;
         }
     }
@@ -2328,6 +2424,13 @@ static void favor__phi_backward(const favor__map *mp, const float *x, size_t ldx
             favor__poly2_grad(dx + i * lddx, x + i * ldx, dphi + i * ldd, d, gain);
         return;
     }
+    if (mp->kernel == FAVOR_IDENTITY) { /* dx = sqrt(s) dphi */
+        for (i = 0; i < rows; ++i) {
+            memcpy(dx + i * lddx, dphi + i * ldd, d * sizeof(float));
+            favor__scal(dx + i * lddx, gain, d);
+        }
+        return;
+    }
     for (i = 0; i < rows; ++i) { /* dphi row -> the m-wide vector W^T is applied to */
         const float *f = phi + i * ldp;
         float *g = dphi + i * ldd, sum = 0.0f;
@@ -2352,7 +2455,7 @@ static void favor__phi_backward(const favor__map *mp, const float *x, size_t ldx
         case FAVOR_RELU:
             for (l = 0; l < m; ++l) g[l] = f[l] > FAVOR__RELU_FLOOR ? g[l] : 0.0f;
             break;
-        case FAVOR_ELU1: case FAVOR_POLY2:
+        case FAVOR_ELU1: case FAVOR_POLY2: case FAVOR_IDENTITY:
             break;
         }
         sums[i] = sum;
@@ -2600,9 +2703,10 @@ static favor_status favor__check_options(const favor_options *o)
 {
     favor__why w = favor__why_of(o);
     if (!o) return FAVOR_OK;
-    if (o->flags & ~(FAVOR_CAUSAL | FAVOR_WINDOW))
+    if (o->flags & ~(FAVOR_CAUSAL | FAVOR_WINDOW | FAVOR_NO_NORM))
         return favor__no(&w, FAVOR_E_ARG,
-                         "opts: flags %z has bits other than FAVOR_CAUSAL and FAVOR_WINDOW",
+                         "opts: flags %z has bits other than FAVOR_CAUSAL, FAVOR_WINDOW and "
+                         "FAVOR_NO_NORM",
                          (size_t)o->flags);
     if (!(o->scale >= 0.0f) || !(o->scale <= FLT_MAX)) /* NaN, < 0, inf */
         return favor__no(&w, FAVOR_E_ARG, "opts: scale is NaN, negative or infinite");
@@ -2610,7 +2714,7 @@ static favor_status favor__check_options(const favor_options *o)
     return FAVOR_OK;
 }
 
-static int favor__kernel_ok(int k) { return k >= FAVOR_ELU1 && k <= FAVOR_POLY2; }
+static int favor__kernel_ok(int k) { return k >= FAVOR_ELU1 && k <= FAVOR_IDENTITY; }
 
 static favor_status favor__check_features(const favor_features *f, const favor__why *w)
 {
@@ -2626,7 +2730,10 @@ static favor_status favor__check_features(const favor_features *f, const favor__
     if (favor__fixed(f->kernel)) {
         if (f->count != f->dim)
             return favor__no(w, FAVOR_E_SHAPE, "f: %s with count %z, not dim %z",
-                             f->kernel == FAVOR_ELU1 ? "FAVOR_ELU1" : "FAVOR_POLY2", f->count,
+                             f->kernel == FAVOR_ELU1    ? "FAVOR_ELU1"
+                             : f->kernel == FAVOR_POLY2 ? "FAVOR_POLY2"
+                                                        : "FAVOR_IDENTITY",
+                             f->count,
                              f->dim);
         if (!favor__width(f->kernel, f->dim, f->count))
             return favor__no(w, FAVOR_E_OVERFLOW, "f: FAVOR_POLY2 with dim %z above 4096",
@@ -2642,7 +2749,7 @@ static favor_status favor__check_features(const favor_features *f, const favor__
 /* The q, k, v, out quartet of an attention call: shapes and aliasing. */
 typedef struct {
     favor__range q, k, v, o;
-    favor__range other[10]; /* W, W^T, the state, out, dout, lse, the mask, slopes,
+    favor__range other[12]; /* W, W^T, the state, out, dout, lse, the mask, slopes,
                                sinks, dsinks: never written over */
     favor__range grad[3];  /* the gradients of a backward call (outputs too) */
     int nother, ngrad;
@@ -2843,6 +2950,12 @@ static favor_status favor__check_mods(const favor_options *o, const favor_tensor
     favor_status st;
     if (!o) return FAVOR_OK;
     if ((st = favor__check_seqs(o, q->rows, k->rows, &w)) != FAVOR_OK) return st;
+    if ((o->flags & FAVOR_NO_NORM) || o->decay || o->gates || o->dgates)
+        return favor__no(&w, FAVOR_E_ARG, "%s applies to linear attention only",
+                         (o->flags & FAVOR_NO_NORM) ? "FAVOR_NO_NORM"
+                         : o->decay                 ? "opts.decay"
+                         : o->gates                 ? "opts.gates"
+                                                    : "opts.dgates");
     if (o->mask) {
         const favor_tensor *m = o->mask;
         if ((st = favor__check_tensor(m, "opts.mask", &w, &r)) != FAVOR_OK) return st;
@@ -3193,6 +3306,9 @@ FAVOR_API favor_options favor_default_options(void)
     o.seqs = 0;
     o.seq_q = NULL;
     o.seq_k = NULL;
+    o.decay = NULL;
+    o.gates = NULL;
+    o.dgates = NULL;
     return o;
 }
 
@@ -4457,7 +4573,28 @@ FAVOR_API favor_status favor_attention_merge(const favor_tensor *out_a, const fl
  * <= j only, so nothing depends on a later key; row i of the chunk is
  *   o_i = (e_i phi(q_i)S + sum_{j<=i} a_ij v_j) / (e_i phi(q_i)z + sum_{j<=i} a_ij),
  *   a_ij = phi(q_i).phi(k_j) exp(m_j - m_i),   e_i = exp(c - m_i),
- * and the chunk is then absorbed. A step is a chunk of one row. */
+ * and the chunk is then absorbed. A step is a chunk of one row.
+ * Gated (see GATES), with the chunk's log-gates l_t = g_t + log(gamma) and their
+ * cumulative sums G_j = l_0 + .. + l_j from the chunk's start, in double: the
+ * running maximum decays, m_j = max(m_{j-1} + l_j, r_j) (from c), so that with
+ * D_j = m_j - G_j (double)
+ *   a_ij = phi(q_i).phi(k_j) exp(D_j - D_i),   e_i = exp(c - D_i),
+ * every exponent <= 0 (D never decreases), and absorbing the chunk takes the
+ * keys times exp(D_j - D_last) and the state times exp(c - D_last), at the new
+ * scale m_last. The difference D_j - D_i is rounded once to float, so a factor
+ * errs by about 2^-24 |D_j - D_i| relative, however long the chunk's gates sum.
+ * Without the normalizer (FAVOR_NO_NORM) row i is the numerator times
+ * exp(r_q,i + m_i), the scales the stabilizers took out. */
+/* the log-gates of rows [r0, r0 + nr) of key/value head g (every batch
+ * element's heads counted), g_t + log(gamma), into lg (double) */
+static void favor__log_gates(const favor__map *mp, size_t g, size_t r0, size_t nr, double *lg)
+{
+    size_t i;
+    double lgam = mp->decay ? log((double)mp->decay[g % mp->dheads]) : 0.0;
+    for (i = 0; i < nr; ++i)
+        lg[i] = lgam + (mp->gates ? (double)*(const float *)favor__at(mp->gates, g, r0 + i) : 0.0);
+}
+
 #define FAVOR__CHUNK 64
 
 typedef struct {
@@ -4465,6 +4602,8 @@ typedef struct {
     float *comp; /* the rounding errors of the state it absorbs into, or NULL */
     float *tile; /* width x d_v: a chunk's sums before they join the state     */
     size_t cap;  /* C: rows of the chunk buffers */
+    const double *lg; /* gated: the chunk's log-gates l_t (NULL: ungated)      */
+    double *dd;       /* gated: D_j (cap doubles)                              */
 } favor__chunk;
 
 static size_t favor__chunk_floats(size_t C, size_t w) { return 3 * C * w + C * C + 4 * C; }
@@ -4473,6 +4612,8 @@ static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
 {
     cb->cap = C;
     cb->comp = cb->tile = NULL;
+    cb->lg = NULL;
+    cb->dd = NULL;
     cb->kf = p; p += C * w;
     cb->kt = p; p += w * C;
     cb->qf = p; p += C * w;
@@ -4587,7 +4728,7 @@ static void favor__divide(const favor__map *mp, float *o, float den, size_t dv)
 }
 
 /* non-causal outputs of nr (<= C) query rows from a finished state */
-static void favor__lin_output(const favor__map *mp, const float *S, const float *z,
+static void favor__lin_output(const favor__map *mp, const float *S, const float *z, float c,
                               const float *Q, size_t ldq, float *O, size_t ldo, size_t nr,
                               size_t dv, favor__chunk *cb)
 {
@@ -4595,7 +4736,12 @@ static void favor__lin_output(const favor__map *mp, const float *S, const float 
     favor__phi_raw(mp, Q, ldq, nr, cb->qf, w, cb->rq);
     favor__phi_finish(mp, cb->qf, w, nr, cb->rq, cb->rq);
     favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, ldo, 0);
-    for (i = 0; i < nr; ++i) favor__divide(mp, O + i * ldo, favor__dot(cb->qf + i * w, z, w), dv);
+    for (i = 0; i < nr; ++i) {
+        if (!mp->nonorm) /* without the normalizer: times the scales taken out */
+            favor__divide(mp, O + i * ldo, favor__dot(cb->qf + i * w, z, w), dv);
+        else if (favor__stabilized(mp->kernel))
+            favor__scal(O + i * ldo, favor__s_exp(cb->rq[i] + c), dv);
+    }
 }
 
 /* A group of query heads sharing one key/value head (heads h0 .. h0 + count - 1
@@ -4625,11 +4771,40 @@ static int favor__chunk_keys(const favor__map *mp, float c, const float *K, size
     float m = c;
     FAVOR_ASSERT(nr >= 1 && nr <= cb->cap);
     favor__phi_raw(mp, K, ldk, nr, cb->kf, w, cb->rk);
-    for (j = 0; j < nr; ++j) cb->mk[j] = m = favor__s_max(cb->rk[j], m);
+    if (cb->lg) { /* the decaying maximum and D_j (4.10) */
+        double G = 0.0, t;
+        for (j = 0; j < nr; ++j) {
+            G += cb->lg[j];
+            t = (double)m + cb->lg[j];
+            cb->mk[j] = m = (double)cb->rk[j] > t ? cb->rk[j] : (float)t;
+            cb->dd[j] = (double)m - G;
+        }
+    } else {
+        for (j = 0; j < nr; ++j) cb->mk[j] = m = favor__s_max(cb->rk[j], m);
+    }
     favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
     favor__transpose(nr, w, cb->kf, w, cb->kt, cb->cap);
     *mrun = m;
-    return favor__stabilized(mp->kernel) && cb->mk[0] != m;
+    return cb->lg || (favor__stabilized(mp->kernel) && cb->mk[0] != m);
+}
+
+/* e_i of row i of a causal chunk: exp(c - m_i), gated exp(c - D_i) */
+static float favor__chunk_e(const favor__chunk *cb, float c, size_t i)
+{
+    if (cb->lg) return favor__s_exp((float)((double)c - cb->dd[i]));
+    return favor__s_exp(c - cb->mk[i]);
+}
+
+/* the factors exp(m_j - m_i) (gated: exp(D_j - D_i)) of keys j < n into cb->g */
+static void favor__chunk_factors(const favor__chunk *cb, size_t i, size_t n)
+{
+    size_t j;
+    if (!cb->lg) {
+        favor__exp_add(cb->g, cb->mk, -cb->mk[i], n);
+        return;
+    }
+    for (j = 0; j < n; ++j) cb->g[j] = (float)(cb->dd[j] - cb->dd[i]);
+    favor__exp_add(cb->g, cb->g, 0.0f, n);
 }
 
 /* The scores of a causal chunk for one query head, after favor__chunk_keys: qf,
@@ -4646,12 +4821,23 @@ static void favor__chunk_scores(const favor__map *mp, float c, const float *z, c
     for (i = 0; i < nr; ++i) {
         float *ai = cb->a + i * C;
         if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
-            favor__exp_add(cb->g, cb->mk, -cb->mk[i], i);
+            favor__chunk_factors(cb, i, i);
             favor__vmul(ai, cb->g, i);
         }
-        cb->rq[i] = favor__s_exp(c - cb->mk[i]) * favor__dot(cb->qf + i * w, z, w) +
-                    favor__sum(ai, i + 1);
+        if (mp->nonorm) /* the scale of the row's numerator (4.10) */
+            cb->rq[i] = favor__stabilized(mp->kernel) ? favor__s_exp(cb->rq[i] + cb->mk[i]) : 1.0f;
+        else
+            cb->rq[i] = favor__chunk_e(cb, c, i) * favor__dot(cb->qf + i * w, z, w) +
+                        favor__sum(ai, i + 1);
     }
+}
+
+/* row i of a causal chunk (numerator in o) finished: divided by its
+ * denominator, or, without the normalizer, multiplied by its scale */
+static void favor__chunk_finish(const favor__map *mp, float *o, float rq, size_t dv)
+{
+    if (!mp->nonorm) favor__divide(mp, o, rq, dv);
+    else if (rq != 1.0f) favor__scal(o, rq, dv);
 }
 
 /* The unnormalized outputs of a causal chunk for one query head:
@@ -4664,7 +4850,7 @@ static void favor__chunk_rows(const favor__map *mp, float c, const float *S, con
     size_t i, w = mp->width;
     favor__chunk_scores(mp, c, z, Q, ldq, nr, rising, cb);
     favor__gemm(nr, dv, w, cb->qf, w, 1, S, dv, O, ldo, 0);
-    for (i = 0; i < nr; ++i) favor__scal(O + i * ldo, favor__s_exp(c - cb->mk[i]), dv);
+    for (i = 0; i < nr; ++i) favor__scal(O + i * ldo, favor__chunk_e(cb, c, i), dv);
     favor__gemm_tri(nr, dv, 0, cb->a, cb->cap, 1, V, ldv, O, ldo);
 }
 
@@ -4676,8 +4862,17 @@ static void favor__chunk_absorb(const favor__map *mp, float *S, float *z, float 
 {
     size_t j, w = mp->width;
     if (rising) {
-        favor__exp_add(cb->g, cb->mk, -mrun, nr);
+        favor__chunk_factors(cb, nr - 1, nr);
         for (j = 0; j + 1 < nr; ++j) favor__scal(cb->kf + j * w, cb->g[j], w);
+    }
+    if (cb->lg && *c != -INFINITY) { /* the state decays: exp(c - D_last) */
+        float e = favor__s_exp((float)((double)*c - cb->dd[nr - 1]));
+        if (e != 1.0f) {
+            favor__scal(S, e, w * dv);
+            favor__scal(z, e, w);
+            if (cb->comp) favor__scal(cb->comp, e, w * (dv + 1));
+        }
+        *c = mrun;
     }
     favor__state_add(mp, S, z, c, mrun, cb->kf, V, ldv, nr, dv, cb->comp, cb->tile);
 }
@@ -4697,6 +4892,11 @@ static void favor__lin_causal_run(const favor__map *mp, float *S, float *z, floa
                                   favor__chunk *cb)
 {
     size_t t0, i, t, ldk, ldv, ldq, ldo, step = favor__causal_step(mp, cb->cap);
+    double lg[FAVOR__CHUNK], dd[FAVOR__CHUNK];
+    if (favor__gated(mp)) {
+        cb->lg = lg;
+        cb->dd = dd;
+    }
     for (t0 = 0; t0 < L; t0 += step) {
         size_t nr = L - t0 < step ? L - t0 : step;
         const float *K, *V;
@@ -4711,23 +4911,100 @@ static void favor__lin_causal_run(const favor__map *mp, float *S, float *z, floa
         }
         K = favor__in(qg->k, qg->g, qg->kr0 + t0, nr, qg->kb, &ldk);
         V = favor__in(qg->v, qg->g, qg->kr0 + t0, nr, qg->vb, &ldv);
+        if (cb->lg) favor__log_gates(mp, qg->g, qg->kr0 + t0, nr, lg);
         rising = favor__chunk_keys(mp, *c, K, ldk, nr, cb, &mrun);
         for (t = 0; t < qg->count; ++t) {
             size_t h = qg->h0 + t, r0 = qg->r0 + t0;
             const float *Q = favor__in(qg->q, h, r0, nr, qg->qb, &ldq);
             float *O = favor__out(qg->o, h, r0, qg->ob, &ldo);
             favor__chunk_rows(mp, *c, S, z, Q, ldq, V, ldv, O, ldo, nr, dv, rising, cb);
-            for (i = 0; i < nr; ++i) favor__divide(mp, O + i * ldo, cb->rq[i], dv);
+            for (i = 0; i < nr; ++i) favor__chunk_finish(mp, O + i * ldo, cb->rq[i], dv);
             favor__out_done(qg->o, h, r0, nr, O, ldo);
         }
         favor__chunk_absorb(mp, S, z, c, mrun, rising, V, ldv, nr, dv, cb);
     }
+    cb->lg = NULL;
+    cb->dd = NULL;
+}
+
+/* An input array of the call (decay, gates) that no output may overlap: then
+ * kept in sh->other, as the tensors are */
+static favor_status favor__input_range(favor__shape *sh, favor__range r, const char *name,
+                                       const favor__why *w)
+{
+    (void)name;
+    if (favor__overlap(r, sh->o) || (sh->ngrad && (favor__overlap(r, sh->grad[0]) ||
+                                                   favor__overlap(r, sh->grad[1]) ||
+                                                   favor__overlap(r, sh->grad[2]))))
+        return favor__no(w, FAVOR_E_ALIAS, "an output overlaps %s", name);
+    sh->other[sh->nother++] = r;
+    return FAVOR_OK;
+}
+
+/* The options of gated linear attention (GATES): FAVOR_IDENTITY only with
+ * FAVOR_NO_NORM; decay and gates only on a causal call (extend and step always
+ * are) and with valid values, and not yet on a backward call (grad). */
+static favor_status favor__check_gates(const favor_options *o, const favor_features *f,
+                                       const favor_tensor *k, int causal, int grad,
+                                       favor__shape *sh, const favor__why *w)
+{
+    int nonorm = o && (o->flags & FAVOR_NO_NORM);
+    size_t h, r, bytes;
+    favor__range rg;
+    favor_status st;
+    if (f->kernel == FAVOR_IDENTITY && !nonorm)
+        return favor__no(w, FAVOR_E_ARG, "f: FAVOR_IDENTITY needs FAVOR_NO_NORM (its "
+                                         "denominators can be zero or negative)");
+    if (!o) return FAVOR_OK;
+    if (grad && (nonorm || o->decay || o->gates))
+        return favor__no(w, FAVOR_E_ARG, "%s: the linear backward does not take it yet",
+                         nonorm ? "FAVOR_NO_NORM" : o->decay ? "opts.decay" : "opts.gates");
+    if (!o->decay && !o->gates) return FAVOR_OK;
+    if (!causal)
+        return favor__no(w, FAVOR_E_ARG, "%s needs FAVOR_CAUSAL (it decays a causal state)",
+                         o->decay ? "opts.decay" : "opts.gates");
+    if (o->decay) {
+        for (h = 0; h < k->heads; ++h)
+            if (!(o->decay[h] > 0.0f && o->decay[h] <= 1.0f))
+                return favor__no(w, FAVOR_E_ARG, "opts.decay[%z] is not in (0, 1]", h);
+        if (!favor__mul_ok(k->heads, sizeof(float), &bytes) ||
+            (uintptr_t)o->decay > UINTPTR_MAX - bytes)
+            return favor__no(w, FAVOR_E_OVERFLOW, "opts.decay: %z floats pass the end of the "
+                                                  "address space", k->heads);
+        if ((st = favor__input_range(sh, favor__range_of(o->decay, bytes), "opts.decay", w)) !=
+            FAVOR_OK)
+            return st;
+    }
+    if (o->gates) {
+        const favor_tensor *g = o->gates;
+        if ((st = favor__check_tensor(g, "opts.gates", w, &rg)) != FAVOR_OK) return st;
+        if (g->dtype != FAVOR_F32)
+            return favor__no(w, FAVOR_E_ARG, "opts.gates: dtype %z is not FAVOR_F32",
+                             (size_t)(unsigned)g->dtype);
+        if ((st = favor__same(w, "opts.gates", "heads", g->heads, "k", k->heads)) != FAVOR_OK ||
+            (st = favor__same(w, "opts.gates", "rows", g->rows, "k", k->rows)) != FAVOR_OK ||
+            (st = favor__same(w, "opts.gates", "batch", favor__nbatch(g), "k",
+                              favor__nbatch(k))) != FAVOR_OK)
+            return st;
+        if (g->cols != 1)
+            return favor__no(w, FAVOR_E_SHAPE, "opts.gates: cols %z, not 1", g->cols);
+        for (h = 0; h < favor__nheads(g); ++h)
+            for (r = 0; r < g->rows; ++r) {
+                float x = *(const float *)favor__at(g, h, r);
+                if (!(x <= 0.0f && x >= -FLT_MAX))
+                    return favor__no(w, FAVOR_E_ARG, "opts.gates: head %z row %z is positive, "
+                                                     "NaN or -inf (log-gates are finite, <= 0)",
+                                     h, r);
+            }
+        if ((st = favor__input_range(sh, rg, "opts.gates", w)) != FAVOR_OK) return st;
+    }
+    return FAVOR_OK;
 }
 
 static favor_status favor__check_linear(const favor_features *f, const favor_tensor *q,
                                         const favor_tensor *k, const favor_tensor *v,
                                         const favor_tensor *out, const favor_options *opts,
-                                        favor__shape *sh)
+                                        int causal, favor__shape *sh)
 {
     favor_status st;
     favor__why w = favor__why_of(opts);
@@ -4744,7 +5021,7 @@ static favor_status favor__check_linear(const favor_features *f, const favor_ten
         if (favor__overlaps_any(sh, sh->o, 0))
             return favor__no(&w, FAVOR_E_ALIAS, "out overlaps f's w or wt");
     }
-    return FAVOR_OK;
+    return favor__check_gates(opts, f, k, causal, 0, sh, &w);
 }
 
 /* floats of workspace: one head's S and z, and the chunk buffers */
@@ -4801,6 +5078,7 @@ static void favor__lin_absorb_rows(const favor__map *mp, float *S, float *z, flo
                                    favor__chunk *cb)
 {
     size_t C = FAVOR__CHUNK, ldk, ldv;
+    double lg[FAVOR__CHUNK], dd[FAVOR__CHUNK];
     for (; j0 < j1; j0 += C) {
         size_t nr = j1 - j0 < C ? j1 - j0 : C;
         const float *K, *V;
@@ -4811,7 +5089,18 @@ static void favor__lin_absorb_rows(const favor__map *mp, float *S, float *z, flo
         }
         K = favor__in(qg->k, qg->g, j0, nr, qg->kb, &ldk);
         V = favor__in(qg->v, qg->g, j0, nr, qg->vb, &ldv);
-        favor__lin_absorb(mp, S, z, c, K, ldk, V, ldv, nr, dv, cb);
+        if (favor__gated(mp)) { /* causal: the chunk's keys decay one by one */
+            float mrun;
+            cb->lg = lg;
+            cb->dd = dd;
+            favor__log_gates(mp, qg->g, j0, nr, lg);
+            favor__chunk_keys(mp, *c, K, ldk, nr, cb, &mrun);
+            favor__chunk_absorb(mp, S, z, c, mrun, 1, V, ldv, nr, dv, cb);
+            cb->lg = NULL;
+            cb->dd = NULL;
+        } else {
+            favor__lin_absorb(mp, S, z, c, K, ldk, V, ldv, nr, dv, cb);
+        }
     }
 }
 
@@ -4842,7 +5131,7 @@ static void favor__lin_carve(const favor__map *mp, const favor_tensor *q, const 
  * at a time from i0 (a multiple of C: a row's result does not depend on which
  * call computes it) */
 static void favor__lin_output_rows(const favor__map *mp, const float *S, const float *z,
-                                   const favor__qgroup *qg, size_t h, size_t i0, size_t i1,
+                                   float c, const favor__qgroup *qg, size_t h, size_t i0, size_t i1,
                                    size_t dv, favor__chunk *cb)
 {
     size_t i, ldq, ldo, C = FAVOR__CHUNK;
@@ -4853,7 +5142,7 @@ static void favor__lin_output_rows(const favor__map *mp, const float *S, const f
         if (i + nr < i1) favor__prefetch_rows(qg->q, h, i + nr, i1 - i - nr < C ? i1 - i - nr : C);
         Q = favor__in(qg->q, h, i, nr, qg->qb, &ldq);
         O = favor__out(qg->o, h, i, qg->ob, &ldo);
-        favor__lin_output(mp, S, z, Q, ldq, O, ldo, nr, dv, cb);
+        favor__lin_output(mp, S, z, c, Q, ldq, O, ldo, nr, dv, cb);
         favor__out_done(qg->o, h, i, nr, O, ldo);
     }
 }
@@ -4880,7 +5169,8 @@ static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
     favor__causal_edges(sh, &pre, &skip);
     if (!causal) {
         favor__lin_absorb_rows(mp, S, z, &c, &qg, 0, sh->nk, dv, &cb);
-        for (t = 0; t < grp; ++t) favor__lin_output_rows(mp, S, z, &qg, g * grp + t, 0, sh->n, dv, &cb);
+        for (t = 0; t < grp; ++t)
+            favor__lin_output_rows(mp, S, z, c, &qg, g * grp + t, 0, sh->n, dv, &cb);
         return;
     }
     favor__lin_absorb_rows(mp, S, z, &c, &qg, 0, pre, dv, &cb);
@@ -4916,7 +5206,8 @@ static void favor__linear_kvhead(const favor__map *mp, const favor_tensor *q,
 typedef struct {
     size_t parts, seg;  /* segments of a key/value head, and their rows */
     size_t cap;         /* the most segments any n gives: the slots reserved */
-    size_t slot;        /* floats of a slot: S, z, errors, c (rounded to 64 bytes) */
+    size_t slot;        /* floats of a slot: S, z, errors, c, the segment's summed
+                           log-gates (rounded to 64 bytes) */
 } favor__split;
 
 /* 1 when a call with hkv key/value heads is split (fills sp) */
@@ -4933,7 +5224,7 @@ static int favor__split_plan(size_t hkv, size_t nk, size_t w, size_t dv, favor__
     if (seg < FAVOR__SEGMIN) seg = FAVOR__SEGMIN;
     sp->seg = seg;
     sp->parts = nk ? nk / seg + (nk % seg != 0) : 1;
-    sp->slot = (2 * w * (dv + 1) + 1 + a - 1) / a * a; /* w, dv: already checked small */
+    sp->slot = (2 * w * (dv + 1) + 2 + a - 1) / a * a; /* w, dv: already checked small */
     return 1;
 }
 
@@ -5001,6 +5292,17 @@ static void favor__split_sums(const favor__map *mp, const favor__split *sp,
     cb->comp = comp ? slot + w * (dv + 1) : NULL; /* else the errors stay 0 */
     favor__lin_absorb_rows(mp, slot, slot + w * dv, &c, qg, j0, j1, dv, cb);
     slot[2 * w * (dv + 1)] = c;
+    slot[2 * w * (dv + 1) + 1] = 0.0f;
+    if (favor__gated(mp)) { /* the decay of the whole segment, for step 2 */
+        double lg[FAVOR__CHUNK], sum = 0.0;
+        size_t j, i, nr;
+        for (j = j0; j < j1; j += nr) {
+            nr = j1 - j < FAVOR__CHUNK ? j1 - j : FAVOR__CHUNK;
+            favor__log_gates(mp, qg->g, j, nr, lg);
+            for (i = 0; i < nr; ++i) sum += lg[i];
+        }
+        slot[2 * w * (dv + 1) + 1] = (float)sum;
+    }
 }
 
 /* step 2: the slots of one head become prefix states; causal: all but the last,
@@ -5012,7 +5314,8 @@ static void favor__split_scan(const favor__split *sp, size_t n, float *slots, fl
     for (p = 1; p + (causal ? 1 : 0) < sp->parts; ++p) {
         float *dst = slots + p * sp->slot;
         const float *src = dst - sp->slot;
-        favor__state_merge(dst, dst + 2 * n, src, src[2 * n], n, tmp);
+        /* gated: the keys before segment p decay over its keys */
+        favor__state_merge(dst, dst + 2 * n, src, src[2 * n] + dst[2 * n + 1], n, tmp);
     }
 }
 
@@ -5113,7 +5416,8 @@ static void favor__linear_split(const favor__map *mp, const favor_tensor *q,
                 size_t i1 = sh->n - i0 < FAVOR__ROWBLK ? sh->n : i0 + FAVOR__ROWBLK;
                 const float *last = slots + (h / grp) * per + (sp->parts - 1) * sp->slot;
                 favor__lin_carve(mp, q, k, v, out, sh, h / grp, mine, io, &cb, &qg);
-                favor__lin_output_rows(mp, last, last + w * dv, &qg, h, i0, i1, dv, &cb);
+                favor__lin_output_rows(mp, last, last + w * dv, last[2 * w * (dv + 1)], &qg, h,
+                                       i0, i1, dv, &cb);
             }
         }
     }
@@ -5164,16 +5468,24 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
     size_t floats, nt, slice = 0, io = 0, at = 0, seq;
     favor__split sp;
     int split = 0;
-    if ((st = favor__check_linear(f, q, k, v, out, opts, &sh)) != FAVOR_OK) return st;
+    if ((st = favor__check_linear(f, q, k, v, out, opts,
+                                  opts && (opts->flags & FAVOR_CAUSAL), &sh)) != FAVOR_OK)
+        return st;
     nt = favor__nthreads(opts);
     if (!(floats = favor__linear_floats_all(f, q, k, v, opts, nt))) return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
+    favor__map_opts(&mp, opts, k->heads);
     causal = opts && (opts->flags & FAVOR_CAUSAL);
     for (seq = 0; seq < favor__nseq(opts); ++seq) { /* each from an empty state */
         favor__seqv sv;
         favor__shape ss = sh;
+        favor_tensor gv;
         favor__seqv_make(&sv, q, k, v, out, opts, seq);
+        if (mp.gates) { /* the sequence's rows of the gates */
+            gv = favor__rows(opts->gates, sv.k0, sv.k.rows);
+            mp.gates = &gv;
+        }
         if (!sv.k.rows) { /* rows that see no key are zero */
             for (g = 0; g < (long)sh.hq; ++g) favor__zero_rows(&sv.o, (size_t)g, 0, sv.o.rows);
             continue;
@@ -5211,7 +5523,10 @@ FAVOR_API favor_status favor_linear_attention(const favor_features *f, const fav
  * as one rank-C compensated update (favor__chunk_absorb, as extend absorbs its
  * chunks); favor_linear_extend folds what is pending before its first chunk.
  * The count of pending tokens is stored after the heads' log-scales, so the
- * storage alone is the whole state. */
+ * storage alone is the whole state. Gated, a pending token also keeps its
+ * log-gate l_j (0 ungated): the block is then a gated chunk (4.10) whose D_j
+ * come from the m_j and the sums of the l_j, and the state decays only when
+ * the block is folded: a step reads it through e = exp(c - D). */
 #define FAVOR__PEND 16
 
 /* floats of the step's scratch: every head's key and first query row (2 heads d)
@@ -5233,16 +5548,35 @@ static size_t favor__npend(const favor_state *st) { return (size_t)st->c[st->hea
 /* chunk buffers over head g's pending block (kf: the features, mk: their
  * maxima), with the scratch buffers (a, g, qf, rq, rk, tile) of `scr` */
 static void favor__pend_chunk(const favor_state *st, size_t g, const favor__chunk *scr,
-                              favor__chunk *cb, float **pv)
+                              favor__chunk *cb, float **pv, float **pl)
 {
     size_t w = st->width, dv = st->dv;
-    float *p = st->pend + g * FAVOR__PEND * (w + dv + 1);
+    float *p = st->pend + g * FAVOR__PEND * (w + dv + 2);
     *cb = *scr;
     cb->cap = FAVOR__PEND;
     cb->kf = p;
     *pv = p + FAVOR__PEND * w;
     cb->mk = *pv + FAVOR__PEND * dv;
+    *pl = cb->mk + FAVOR__PEND;
     cb->comp = st->comp + g * w * (dv + 1);
+    cb->lg = NULL;
+    cb->dd = NULL;
+}
+
+/* a gated pending block's l_j (as doubles) and D_j for its first n tokens;
+ * 0 when every l_j is 0 (the block is ungated: the ungated formulas hold) */
+static int favor__pend_gates(const float *pl, const float *mk, size_t n, double *lg, double *dd)
+{
+    size_t j;
+    int any = 0;
+    double G = 0.0;
+    for (j = 0; j < n; ++j) {
+        lg[j] = (double)pl[j];
+        G += lg[j];
+        dd[j] = (double)mk[j] - G;
+        any |= pl[j] != 0.0f;
+    }
+    return any;
 }
 
 /* fold head g's np pending tokens into its compensated sums */
@@ -5250,12 +5584,18 @@ static void favor__pend_fold(const favor__map *mp, favor_state *st, size_t g, si
                              const favor__chunk *scr)
 {
     favor__chunk cb;
-    float *pv, m;
+    float *pv, *pl, m;
     size_t w = st->width, dv = st->dv;
-    favor__pend_chunk(st, g, scr, &cb, &pv);
+    double lg[FAVOR__PEND], dd[FAVOR__PEND];
+    favor__pend_chunk(st, g, scr, &cb, &pv, &pl);
     m = cb.mk[np - 1];
+    if (favor__pend_gates(pl, cb.mk, np, lg, dd)) {
+        cb.lg = lg;
+        cb.dd = dd;
+    }
     favor__chunk_absorb(mp, st->s + g * w * dv, st->z + g * w, st->c + g, m,
-                        favor__stabilized(mp->kernel) && cb.mk[0] != m, pv, dv, np, dv, &cb);
+                        cb.lg || (favor__stabilized(mp->kernel) && cb.mk[0] != m), pv, dv, np,
+                        dv, &cb);
 }
 
 /* one token of key/value head g and its query heads, with np tokens pending; F,
@@ -5268,17 +5608,38 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
 {
     size_t w = st->width, dv = st->dv, grp = favor__nheads(q) / st->heads, t;
     const float *S = st->s + g * w * dv, *z = st->z + g * w;
-    float c = st->c[g], *pv, m, e;
+    float c = st->c[g], *pv, *pl, m, e, lt = 0.0f;
+    double lg[FAVOR__PEND], dd[FAVOR__PEND];
     favor__chunk cb;
     int rising;
-    favor__pend_chunk(st, g, scr, &cb, &pv);
+    favor__pend_chunk(st, g, scr, &cb, &pv, &pl);
     memcpy(cb.kf + np * w, F, w * sizeof(float));
-    m = cb.mk[np] = favor__s_max(R[0], np ? cb.mk[np - 1] : c);
+    if (favor__gated(mp)) { /* the token's l, stored as a float */
+        favor__log_gates(mp, g, 0, 1, lg);
+        lt = (float)lg[0];
+    }
+    m = np ? cb.mk[np - 1] : c;
+    if (lt != 0.0f) { /* the decaying maximum */
+        double t = (double)m + lt;
+        m = (double)R[0] > t ? R[0] : (float)t;
+    } else {
+        m = favor__s_max(R[0], m);
+    }
+    cb.mk[np] = m;
+    pl[np] = lt;
     favor__phi_finish(mp, cb.kf + np * w, w, 1, R, cb.mk + np);
     favor__widen_rows(v, g, 0, 1, pv + np * dv, dv);
-    e = favor__s_exp(c - m);
-    rising = favor__stabilized(mp->kernel) && cb.mk[0] != m;
-    if (rising) favor__exp_add(cb.g, cb.mk, -m, np); /* exp(m_j - m) */
+    if (favor__pend_gates(pl, cb.mk, np + 1, lg, dd)) { /* e = exp(c - D), exp(D_j - D) */
+        size_t j;
+        e = favor__s_exp((float)((double)c - dd[np]));
+        for (j = 0; j < np; ++j) cb.g[j] = (float)(dd[j] - dd[np]);
+        favor__exp_add(cb.g, cb.g, 0.0f, np);
+        rising = 1;
+    } else {
+        e = favor__s_exp(c - m);
+        rising = favor__stabilized(mp->kernel) && cb.mk[0] != m;
+        if (rising) favor__exp_add(cb.g, cb.mk, -m, np); /* exp(m_j - m) */
+    }
     for (t = 0; t < grp; ++t) {
         size_t h = g * grp + t, ldo;
         float *o = favor__out(out, h, 0, scr->tile, &ldo), *qf = t ? cb.qf : F + w;
@@ -5293,7 +5654,10 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
         favor__gemm(1, dv, w, qf, w, 1, S, dv, o, dv, 0);
         favor__scal(o, e, dv);
         favor__gemm(1, dv, np + 1, cb.a, np + 1, 1, pv, dv, o, dv, 1);
-        favor__divide(mp, o, e * favor__dot(qf, z, w) + favor__sum(cb.a, np + 1), dv);
+        if (!mp->nonorm)
+            favor__divide(mp, o, e * favor__dot(qf, z, w) + favor__sum(cb.a, np + 1), dv);
+        else if (favor__stabilized(mp->kernel)) /* the scales taken out (4.10) */
+            favor__scal(o, favor__s_exp(rq[0] + m), dv);
         favor__out_done(out, h, 0, 1, o, ldo);
     }
 }
@@ -5303,7 +5667,7 @@ FAVOR_API size_t favor_state_floats(const favor_features *f, size_t heads, size_
     if (favor__check_features(f, NULL) != FAVOR_OK || !heads || !dv) return 0;
     w = favor__width(f->kernel, f->dim, f->count);
     if (!favor__mul_ok(w, dv + 1, &n) || !favor__mul_ok(n, 2, &n) || !favor__add_ok(n, 1, &n) ||
-        !favor__add_ok(w, dv + 1, &t) || !favor__mul_ok(t, FAVOR__PEND, &t) ||
+        !favor__add_ok(w, dv + 2, &t) || !favor__mul_ok(t, FAVOR__PEND, &t) ||
         !favor__add_ok(n, t, &n) || !favor__mul_ok(n, heads, &n) ||
         !(t = favor__step_floats(w, f->dim, dv, heads)) || !favor__add_ok(n, t + 1, &n) ||
         n > SIZE_MAX / sizeof(float))
@@ -5318,7 +5682,7 @@ FAVOR_API void favor_state_reset(favor_state *st)
     memset(st->s, 0, st->heads * st->width * st->dv * sizeof(float));
     memset(st->z, 0, st->heads * st->width * sizeof(float));
     memset(st->comp, 0, st->heads * st->width * (st->dv + 1) * sizeof(float));
-    memset(st->pend, 0, st->heads * FAVOR__PEND * (st->width + st->dv + 1) * sizeof(float));
+    memset(st->pend, 0, st->heads * FAVOR__PEND * (st->width + st->dv + 2) * sizeof(float));
     /* the step's scratch too: every float of the storage defined (see above) */
     memset(st->scratch, 0, favor__step_floats(st->width, st->dim, st->dv, st->heads) * sizeof(float));
     for (h = 0; h < st->heads; ++h) st->c[h] = -INFINITY;
@@ -5362,7 +5726,7 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
     size_t floats;
     favor__why w = favor__why_of(opts);
     if (!st) return favor__no(&w, FAVOR_E_NULL, "st is NULL");
-    if ((s = favor__check_linear(f, q, k, v, out, opts, sh)) != FAVOR_OK) return s;
+    if ((s = favor__check_linear(f, q, k, v, out, opts, 1, sh)) != FAVOR_OK) return s;
     if (opts && opts->seqs)
         return favor__no(&w, FAVOR_E_ARG, "opts.seqs: a state holds one sequence (call "
                                           "favor_linear_attention for packed ones)");
@@ -5445,8 +5809,8 @@ static void favor__extend_split(const favor__map *mp, favor_state *st, const fav
             spare[2 * n] = st->c[g];
             for (p = 0; p + 1 < sp->parts; ++p) {
                 const float *src = p ? mys + (p - 1) * sp->slot : spare;
-                favor__state_merge(mys + p * sp->slot, mys + p * sp->slot + 2 * n, src, src[2 * n],
-                                   n, mine);
+                float *dst = mys + p * sp->slot;
+                favor__state_merge(dst, dst + 2 * n, src, src[2 * n] + dst[2 * n + 1], n, mine);
             }
         }
 #ifdef _OPENMP
@@ -5512,6 +5876,7 @@ FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state 
         return favor__too_big(opts);
     if ((s = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return s;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
+    favor__map_opts(&mp, opts, k->heads);
     if (split) {
         favor__extend_split(&mp, st, q, k, v, out, &sh, &sp, ws + at, ws, slice, io, nt);
     } else {
@@ -5536,14 +5901,25 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
                                          const favor_tensor *q, const favor_tensor *k,
                                          const favor_tensor *v, const favor_tensor *out)
 {
+    return favor_linear_step_ex(f, st, q, k, v, out, NULL);
+}
+
+FAVOR_API favor_status favor_linear_step_ex(const favor_features *f, favor_state *st,
+                                            const favor_tensor *q, const favor_tensor *k,
+                                            const favor_tensor *v, const favor_tensor *out,
+                                            const favor_options *opts)
+{
     favor__shape sh;
     favor__chunk scr;
     favor__map mp;
     favor_status s;
     size_t g, np, w, d, H, grp;
     float *F, *R, *X;
-    if ((s = favor__check_extend(f, st, q, k, v, out, NULL, &sh)) != FAVOR_OK) return s;
-    if (sh.n != 1) return FAVOR_E_SHAPE;
+    if ((s = favor__check_extend(f, st, q, k, v, out, opts, &sh)) != FAVOR_OK) return s;
+    if (sh.n != 1) {
+        favor__why wy = favor__why_of(opts);
+        return favor__no(&wy, FAVOR_E_SHAPE, "q: %z rows; a step takes one", sh.n);
+    }
     np = favor__npend(st);
     w = st->width;
     d = st->dim;
@@ -5558,7 +5934,8 @@ FAVOR_API favor_status favor_linear_step(const favor_features *f, favor_state *s
     scr.g = scr.a + FAVOR__PEND;
     scr.tile = scr.g + FAVOR__PEND;
     X = scr.tile + (w > FAVOR__FOLD * st->dv ? w : FAVOR__FOLD * st->dv);
-    favor__map_make(&mp, f, f->scale);
+    favor__map_make(&mp, f, favor__linear_scale(f, opts));
+    favor__map_opts(&mp, opts, k->heads);
     for (g = 0; g < H; ++g) { /* one projection of every key and first query: W read once */
         favor__widen_rows(k, g, 0, 1, X + 2 * g * d, d);
         favor__widen_rows(q, g * grp, 0, 1, X + (2 * g + 1) * d, d);
@@ -7231,6 +7608,9 @@ FAVOR_API favor_status favor_linear_attention_backward(
     if ((st = favor__check_features(f, &w)) != FAVOR_OK) return st;
     if ((st = favor__check_options(opts)) != FAVOR_OK) return st;
     if ((st = favor__check_no_mods(opts, &w)) != FAVOR_OK) return st;
+    if ((st = favor__check_gates(opts, f, k, opts && (opts->flags & FAVOR_CAUSAL), 1, &sh, &w)) !=
+        FAVOR_OK)
+        return st;
     if ((st = favor__check_seqs(opts, q->rows, k->rows, &w)) != FAVOR_OK) return st;
     if ((st = favor__same(&w, "q", "cols", sh.d, "f", f->dim)) != FAVOR_OK) return st;
     if (f->w) {

@@ -54,7 +54,7 @@ static size_t ref_visible(size_t i, size_t n, size_t nk, int causal)
 static size_t ref_width(const favor_features *f)
 {
     switch (f->kernel) {
-    case FAVOR_ELU1: return f->dim;
+    case FAVOR_ELU1: case FAVOR_IDENTITY: return f->dim;
     case FAVOR_POSITIVE:
     case FAVOR_RELU: return f->count;
     case FAVOR_HYPERBOLIC:
@@ -100,6 +100,10 @@ static void ref_feature_row(const favor_features *f, const double *x, double sca
         for (c = 0; c < d; ++c) phi[c] = x[c] > 0 ? x[c] + 1.0 : exp(x[c]);
         return;
     }
+    if (f->kernel == FAVOR_IDENTITY) {
+        for (c = 0; c < d; ++c) phi[c] = rs * x[c];
+        return;
+    }
     if (f->kernel == FAVOR_POLY2) { /* 1, x', x'_i x'_j (i < j), x'_i^2 / sqrt(2) */
         size_t i, at = 1 + d;
         phi[0] = 1;
@@ -139,6 +143,7 @@ static void ref_feature_row(const favor_features *f, const double *x, double sca
         break;
     case FAVOR_ELU1:
     case FAVOR_POLY2:
+    case FAVOR_IDENTITY:
         break;
     }
 }
@@ -406,6 +411,10 @@ static void ref_feature_grad(const favor_features *f, const double *x, double sc
         for (c = 0; c < d; ++c) dx[c] = dphi[c] * (x[c] > 0 ? 1.0 : exp(x[c]));
         return;
     }
+    if (f->kernel == FAVOR_IDENTITY) {
+        for (c = 0; c < d; ++c) dx[c] = rs * dphi[c];
+        return;
+    }
     if (f->kernel == FAVOR_POLY2) { /* d/dx of rs x_c and scale x_i x_c (/sqrt(2) at c = i) */
         size_t i, at = 1 + d;
         for (c = 0; c < d; ++c) dx[c] = rs * dphi[1 + c];
@@ -453,6 +462,7 @@ static void ref_feature_grad(const favor_features *f, const double *x, double sc
         break;
     case FAVOR_ELU1:
     case FAVOR_POLY2:
+    case FAVOR_IDENTITY:
         break;
     }
     for (c = 0; c < d; ++c) dx[c] = xs * scale * x[c];

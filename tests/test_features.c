@@ -95,6 +95,7 @@ static const char *kernel_name(favor_kernel k)
     case FAVOR_TRIG: return "trig";
     case FAVOR_RELU: return "relu";
     case FAVOR_POLY2: return "poly2";
+    case FAVOR_IDENTITY: return "identity";
     }
     return "?";
 }

@@ -166,20 +166,6 @@ static favor_status run_form(const favor_features *f, int form, const favor_tens
     return s;
 }
 
-/* max |a - b| over two views of the same shape. */
-static double max_diff(const favor_tensor *a, const favor_tensor *b)
-{
-    size_t h, r, c;
-    double m = 0;
-    for (h = 0; h < a->heads; ++h)
-        for (r = 0; r < a->rows; ++r)
-            for (c = 0; c < a->cols; ++c) {
-                double e = fabs((double)tu_at(a, h, r, c) - (double)tu_at(b, h, r, c));
-                if (!(e <= m)) m = e;
-            }
-    return m;
-}
-
 /* ---- (a) no future dependence ------------------------------------------------ */
 
 static int same(float a, float b)
@@ -401,7 +387,7 @@ static void test_no_future_dependence_stabilizer_rise(void **state)
 
 static int check_close(const char *what, const tv_buf *A, const tv_buf *ref)
 {
-    double err = max_diff(&A->t, &ref->t), tol = 1e-5 * tv_max_abs(ref);
+    double err = tu_max_diff(&A->t, &ref->t), tol = 1e-5 * tv_max_abs(ref);
     print_message("  %-28s max|diff| %.3g  tol %.3g\n", what, err, tol);
     if (!(err <= tol) || !tv_view_finite(A)) {
         print_error("  %s: max|diff| %.6g > %.6g (or not finite)\n", what, err, tol);
@@ -503,7 +489,7 @@ static void test_recurrent_equals_parallel(void **state)
                 ++fails;
             } else if (memcmp(Oe.buf, Or.buf, Oe.len * sizeof(float)) != 0) {
                 print_error("  the run after favor_state_reset differs from the first: "
-                            "max|diff| %.6g\n", max_diff(&Oe.t, &Or.t));
+                            "max|diff| %.6g\n", tu_max_diff(&Oe.t, &Or.t));
                 ++fails;
             } else {
                 print_message("  favor_state_reset: second run bit-for-bit identical\n");

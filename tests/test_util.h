@@ -72,6 +72,20 @@ static inline float tu_at(const favor_tensor *t, size_t h, size_t r, size_t c)
     return ((float *)t->data)[h * t->head_stride + r * t->row_stride + c];
 }
 
+/* max |a - b| over two fp32 views of one shape (no batch); NaN is the maximum */
+static inline double tu_max_diff(const favor_tensor *a, const favor_tensor *b)
+{
+    size_t h, r, c;
+    double m = 0;
+    for (h = 0; h < a->heads; ++h)
+        for (r = 0; r < a->rows; ++r)
+            for (c = 0; c < a->cols; ++c) {
+                double e = fabs((double)tu_at(a, h, r, c) - (double)tu_at(b, h, r, c));
+                if (!(e <= m)) m = e;
+            }
+    return m;
+}
+
 /* max |t - ref| over a strided tensor and a packed double array. */
 static inline double tu_max_abs_diff(const favor_tensor *t, const double *ref)
 {
@@ -115,7 +129,10 @@ static inline int tu_all_finite(const float *x, size_t n)
                         FAVOR_POLY2 }
 
 /* The maps without W: count is d, and their bounds are elu+1's (max|V|-relative) */
-static inline int tu_fixed(favor_kernel k) { return k == FAVOR_ELU1 || k == FAVOR_POLY2; }
+static inline int tu_fixed(favor_kernel k)
+{
+    return k == FAVOR_ELU1 || k == FAVOR_POLY2 || k == FAVOR_IDENTITY;
+}
 
 static inline const char *tu_kernel_name(favor_kernel k)
 {
@@ -126,6 +143,7 @@ static inline const char *tu_kernel_name(favor_kernel k)
     case FAVOR_TRIG: return "TRIG";
     case FAVOR_RELU: return "RELU";
     case FAVOR_POLY2: return "POLY2";
+    case FAVOR_IDENTITY: return "IDENTITY";
     }
     return "?";
 }

@@ -446,7 +446,7 @@ static void check_options(op_kind op)
     favor_tensor t[4];
     favor_options o;
     const float bad_scales[4] = {-1.0f, -1e-30f, (float)NAN, (float)INFINITY};
-    const unsigned bad_flags[4] = {4u, 8u, 0x100u, 0x80000000u};
+    const unsigned bad_flags[4] = {16u, 8u, 0x100u, 0x80000000u};
     size_t i;
     if (op == OP_STEP) return;
     op_tensors(op, t);
@@ -1019,7 +1019,7 @@ static void test_state_init(void **state)
     SINIT("state_init: valid ELU1", FAVOR_OK, &Felu, HKV, DV, mem);
 #undef SINIT
     assert_int_equal(favor_state_floats(&F, HKV, DV),
-                     HKV * (2 * M * (DV + 2) + 2 * D + 3 + 16 * (M + DV + 1)) + M +
+                     HKV * (2 * M * (DV + 2) + 2 * D + 3 + 16 * (M + DV + 2)) + M +
                          (M > 16 * DV ? M : 16 * DV) + 35);
     assert_int_equal(favor_state_floats(&F, SIZE_MAX / 2, DV), 0);
     assert_int_equal(favor_state_floats(&F, 0, DV), 0);

@@ -628,7 +628,7 @@ static size_t dec_dim(unsigned b)
 }
 static int dec_kernel(unsigned b)
 {
-    static const int bad[] = {6, 7, -1, 100, INT_MAX, INT_MIN};
+    static const int bad[] = {7, 8, -1, 100, INT_MAX, INT_MIN}; /* 6: FAVOR_IDENTITY, not drawn yet */
     if (b < 250) return (int)(b % 6);
     return bad[b - 250];
 }
@@ -636,7 +636,7 @@ static int dec_kernel(unsigned b)
 static int fz_fixed(int kernel) { return kernel == FAVOR_ELU1 || kernel == FAVOR_POLY2; }
 static unsigned dec_oflags(unsigned b)
 {
-    static const unsigned bad[] = {2u, 0x80u, 0xffffffffu, 0x80000001u, 4u, 0x100u};
+    static const unsigned bad[] = {2u, 0x80u, 0xffffffffu, 0x80000001u, 8u, 0x100u};
     if (b < 250) return b & 1u;
     return bad[b - 250];
 }
