@@ -531,8 +531,9 @@ typedef struct {
                                [1] (rows: key positions, one column): the state
                                decays by exp(g_t) before key t; batch 0 or 1
                                when the call has no batch                     */
-    const favor_tensor *dgates; /* backward, with gates: dL/dg, shaped as gates
-                               (overwritten); the forward ignores it          */
+    const favor_tensor *dgates; /* reserved for dL/dg of the linear backward,
+                               which refuses gates in this version; the
+                               forward ignores it                             */
 } favor_options;
 
 /* No flags, scale 0 (the default), threads 0 (OpenMP's default), no workspace
@@ -5620,8 +5621,8 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
     }
     m = np ? cb.mk[np - 1] : c;
     if (lt != 0.0f) { /* the decaying maximum */
-        double t = (double)m + lt;
-        m = (double)R[0] > t ? R[0] : (float)t;
+        double tm = (double)m + lt;
+        m = (double)R[0] > tm ? R[0] : (float)tm;
     } else {
         m = favor__s_max(R[0], m);
     }
