@@ -18,9 +18,9 @@
 static float q[H * N * D], k[H * N * D], v[H * N * DV], o[H * N * DV];
 static float dq[H * N * D], dk[H * N * D], dv[H * N * DV], phi[H * N * M];
 static float wstore[2 * M * D + 2 * D];
-/* favor_state_floats: heads (2 m (dv + 2) + 2 d + 3 + 16 (m + dv + 1)) + m +
+/* favor_state_floats: heads (2 m (dv + 2) + 2 d + 3 + 16 (m + dv + 2)) + m +
  * max(m, 16 dv) + 35 (the size is checked below) */
-static float ststore[H * (2 * M * (DV + 2) + 2 * D + 3 + 16 * (M + DV + 1)) + M +
+static float ststore[H * (2 * M * (DV + 2) + 2 * D + 3 + 16 * (M + DV + 2)) + M +
                      (M > 16 * DV ? M : 16 * DV) + 35];
 static unsigned char work[64 * 1024];
 

@@ -2534,7 +2534,7 @@ static void run_twin(const char *what, fz_call_fn fn, void *arg, fz_ocfg *oc, in
         reg[1].name = "state z"; reg[1].p = post.z; reg[1].n = H * w;
         reg[2].name = "state c"; reg[2].p = post.c; reg[2].n = H + 1;
         reg[3].name = "state comp"; reg[3].p = post.comp; reg[3].n = H * w * (dv + 1);
-        reg[4].name = "state pend"; reg[4].p = post.pend; reg[4].n = H * 16 * (w + dv + 1);
+        reg[4].name = "state pend"; reg[4].p = post.pend; reg[4].n = H * 16 * (w + dv + 2);
         if (st->tokens != post.tokens)
             FZ_FAIL("%s: tokens %llu with 16-bit tensors, %llu with fp32 copies", what, post.tokens, st->tokens);
         for (k = 0; k < 5; ++k) {
