@@ -111,8 +111,9 @@
  * lse_i)), summed over rows, sequences and batch elements (in double, in a fixed
  * order). ALiBi's distances are whole numbers, exact below 2^24. Mask values
  * are read as given: +inf or NaN make their rows NaN. Linear attention refuses
- * every variant (FAVOR_E_ARG), as it does bad values: a NaN, negative or
- * infinite softcap, non-finite slopes, NaN or +inf sinks, dsinks without sinks.
+ * every variant (FAVOR_E_ARG), as it does bad values: a NaN, negative,
+ * subnormal (its 1/c is infinite) or infinite softcap, non-finite slopes, NaN
+ * or +inf sinks, dsinks without sinks.
  *
  * PACKED SEQUENCES (opts.seqs, seq_q, seq_k; every method). The rows of q (and
  * of k, v) hold seqs sequences one after another, in the style of cu_seqlens:
@@ -505,7 +506,8 @@ typedef struct {
     ptrdiff_t window_left;  /* with FAVOR_WINDOW: row i sees key j only when
                                p_i - window_left <= j <= p_i + window_right;  */
     ptrdiff_t window_right; /* a negative side is unbounded                  */
-    float softcap;          /* c > 0: each scaled score x becomes c tanh(x/c) */
+    float softcap;          /* c >= FLT_MIN: each scaled score x becomes
+                               c tanh(x/c); 0: none                           */
     const float *alibi;     /* heads_q slopes m_h: score -= m_h |p_i - j|     */
     const float *sinks;     /* heads_q logits s_h: exp(s_h) joins every row's
                                softmax denominator (-inf: no sink)            */
@@ -2977,8 +2979,10 @@ static favor_status favor__check_mods(const favor_options *o, const favor_tensor
             return favor__no(&w, FAVOR_E_ALIAS, "an output overlaps opts.mask");
         sh->other[sh->nother++] = r; /* no later output may overlap it either */
     }
-    if (!(o->softcap >= 0.0f) || !(o->softcap <= FLT_MAX))
-        return favor__no(&w, FAVOR_E_ARG, "opts.softcap is NaN, negative or infinite");
+    /* a subnormal c has an infinite 1/c: a zero score would become 0 * inf */
+    if (!(o->softcap >= 0.0f) || !(o->softcap <= FLT_MAX) ||
+        (o->softcap != 0.0f && o->softcap < FLT_MIN))
+        return favor__no(&w, FAVOR_E_ARG, "opts.softcap is NaN, negative, subnormal or infinite");
     for (h = 0; o->alibi && h < heads; ++h)
         if (!(o->alibi[h] >= -FLT_MAX && o->alibi[h] <= FLT_MAX))
             return favor__no(&w, FAVOR_E_ARG, "opts.alibi[%z] is not finite", h);

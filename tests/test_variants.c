@@ -31,6 +31,7 @@
 
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -959,6 +960,7 @@ static void test_validation(void **state)
         { 6, "opts.sinks[1]" }, { 7, "opts.dsinks is given without" },
         { 8, "opts.dsinks overlaps" }, { 9, "opts.dsinks overlaps opts.sinks" },
         { 10, "flags" }, { 11, "overlaps opts.alibi" }, { 12, "overlaps opts.sinks" },
+        { 13, "opts.softcap is NaN, negative, subnormal" },
     };
     (void)state;
     prob_make(&p, c, 5);
@@ -989,6 +991,7 @@ static void test_validation(void **state)
             case 10: o.flags |= 8u; break;
             case 11: o.alibi = bwd ? p.dq + 5 : p.o + 5; break; /* an output over the slopes */
             case 12: o.alibi = NULL; o.sinks = bwd ? p.dk : p.o; break;
+            case 13: o.softcap = FLT_MIN / 2.0f; break; /* 1/c is +inf (a fuzzer's NaN) */
             }
             if (bwd)
                 s = favor_softmax_attention_backward(&p.Q, &p.K, &p.V, &p.O, &p.G, &p.DQ, &p.DK,
@@ -996,11 +999,19 @@ static void test_validation(void **state)
             else
                 s = favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o);
             printf("%s %-2d: %s\n", bwd ? "backward" : "forward ", w, err);
-            assert_int_equal(s, w == 8 || w == 9 || w >= 11 ? FAVOR_E_ALIAS : FAVOR_E_ARG);
+            assert_int_equal(s, w == 8 || w == 9 || w == 11 || w == 12 ? FAVOR_E_ALIAS : FAVOR_E_ARG);
             assert_non_null(strstr(err, bads[i].text));
             assert_memory_equal(p.o, snap, no * 4);
         }
     }
+    /* the smallest normal softcap is allowed, and keeps zero scores finite */
+    o = opts_of(c, &p, 0);
+    o.softcap = FLT_MIN;
+    memset(p.q, 0, c->d * sizeof(float)); /* row 0's scores are 0 */
+    o.alibi = NULL;
+    o.sinks = NULL;
+    assert_int_equal(favor_softmax_attention(&p.Q, &p.K, &p.V, &p.O, &o), FAVOR_OK);
+    for (i = 0; i < no; ++i) assert_true(isfinite(p.o[i]));
     /* -inf sinks are allowed: no sink for that head */
     o = opts_of(c, &p, 0);
     memcpy(bad, p.sinks, sizeof bad);

@@ -102,7 +102,7 @@
  *       batch elements that overlap, sizes that overflow (batch x heads included),
  *       mismatched shapes or batches, an output sharing an element with
  *       another buffer of the call, bad options/features/role, a workspace smaller
- *       than the query, FAVOR_MALLOC failing; variants: a NaN/negative/inf softcap,
+ *       than the query, FAVOR_MALLOC failing; variants: a NaN/negative/subnormal/inf softcap,
  *       a non-finite slope, a NaN or +inf sink, dsinks without sinks, past the address
  *       space or sharing a byte with a tensor, lse, the mask, sinks or alibi; a mask
  *       of the wrong rows, cols, heads, batch or dtype, or under an output; bad
@@ -2093,7 +2093,10 @@ static void verdict_sv(fz_verdict *vd, fz_ocfg *oc, const fz_view *q, const fz_v
             why = "mask shape";
         }
         if (m && !m->dt_valid) { fail = 1; why = "mask dtype outside the enum"; }
-        if (!(o->softcap >= 0.0f) || !(o->softcap <= FLT_MAX)) { fail = 1; why = "bad softcap"; }
+        if (!(o->softcap >= 0.0f) || !(o->softcap <= FLT_MAX) || (o->softcap != 0.0f && o->softcap < FLT_MIN)) {
+            fail = 1;
+            why = "bad softcap";
+        }
         if (o->alibi && !float_view_all(oc->alibi, 0, 1)) { fail = 1; why = "alibi not finite"; }
         if (o->sinks && !float_view_all(oc->sinks, 1, 0)) { fail = 1; why = "sinks NaN or +inf"; }
         if (grad && o->dsinks && !o->sinks) { fail = 1; why = "dsinks without sinks"; }
