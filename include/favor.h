@@ -4948,7 +4948,8 @@ static favor_status favor__input_range(favor__shape *sh, favor__range r, const c
 
 /* The options of gated linear attention (GATES): FAVOR_IDENTITY only with
  * FAVOR_NO_NORM; decay and gates only on a causal call (extend and step always
- * are) and with valid values, and not yet on a backward call (grad). */
+ * are) and with valid values; a backward call (grad) may take dgates, an
+ * output shaped as the gates, with them. */
 static favor_status favor__check_gates(const favor_options *o, const favor_features *f,
                                        const favor_tensor *k, int causal, int grad,
                                        favor__shape *sh, const favor__why *w)
@@ -4961,9 +4962,8 @@ static favor_status favor__check_gates(const favor_options *o, const favor_featu
         return favor__no(w, FAVOR_E_ARG, "f: FAVOR_IDENTITY needs FAVOR_NO_NORM (its "
                                          "denominators can be zero or negative)");
     if (!o) return FAVOR_OK;
-    if (grad && (nonorm || o->decay || o->gates))
-        return favor__no(w, FAVOR_E_ARG, "%s: the linear backward does not take it yet",
-                         nonorm ? "FAVOR_NO_NORM" : o->decay ? "opts.decay" : "opts.gates");
+    if (grad && o->dgates && !o->gates)
+        return favor__no(w, FAVOR_E_ARG, "opts.dgates is given without opts.gates");
     if (!o->decay && !o->gates) return FAVOR_OK;
     if (!causal)
         return favor__no(w, FAVOR_E_ARG, "%s needs FAVOR_CAUSAL (it decays a causal state)",
@@ -5002,6 +5002,25 @@ static favor_status favor__check_gates(const favor_options *o, const favor_featu
                                      h, r);
             }
         if ((st = favor__input_range(sh, rg, "opts.gates", w)) != FAVOR_OK) return st;
+    }
+    if (grad && o->dgates) { /* an output: shaped as the gates, overlapping nothing */
+        const favor_tensor *g = o->dgates;
+        if ((st = favor__check_tensor(g, "opts.dgates", w, &rg)) != FAVOR_OK) return st;
+        if (g->dtype != FAVOR_F32)
+            return favor__no(w, FAVOR_E_ARG, "opts.dgates: dtype %z is not FAVOR_F32",
+                             (size_t)(unsigned)g->dtype);
+        if ((st = favor__same(w, "opts.dgates", "heads", g->heads, "opts.gates",
+                              o->gates->heads)) != FAVOR_OK ||
+            (st = favor__same(w, "opts.dgates", "rows", g->rows, "opts.gates",
+                              o->gates->rows)) != FAVOR_OK ||
+            (st = favor__same(w, "opts.dgates", "batch", favor__nbatch(g), "opts.gates",
+                              favor__nbatch(o->gates))) != FAVOR_OK ||
+            (st = favor__same(w, "opts.dgates", "cols", g->cols, "opts.gates", 1)) != FAVOR_OK)
+            return st;
+        if (favor__overlaps_any(sh, rg, 1))
+            return favor__no(w, FAVOR_E_ALIAS, "opts.dgates overlaps a tensor of the call or "
+                                               "opts.gates or opts.decay");
+        sh->other[sh->nother++] = rg;
     }
     return FAVOR_OK;
 }
@@ -6627,6 +6646,11 @@ typedef struct {
     float *den, *og, *dden, *sums; /* C each                               */
     float *rows;           /* 3 C grp: the stash of a chunk's rows         */
     float *stash;          /* 3 grp per causal row, when not kept in dk/dv */
+    float c;               /* non-causal: the scale of S, z (FAVOR_NO_NORM) */
+    float *dg;             /* gated, with opts.dgates: dL/dg of the head's
+                              key rows (stride lddg), else NULL             */
+    size_t lddg;
+    double lg[FAVOR__CHUNK], gg[FAVOR__CHUNK], dd[FAVOR__CHUNK], pp[FAVOR__CHUNK];
     favor__chunk cb;
 } favor__bwd;
 
@@ -6689,6 +6713,20 @@ static void favor__bwd_carve(favor__bwd *b, float *p, size_t w, size_t dv, size_
     b->sums = p; p += C;
     b->rows = p; p += 3 * C * grp;
     b->stash = with_stash ? p : NULL;
+    b->c = 0.0f;
+    b->dg = NULL;
+    b->lddg = 0;
+}
+
+/* The denominator of a backward row from the forward's rq: without the
+ * normalizer rq is the row's scale exp(r_q + m) (4.10) and the row is treated
+ * as divided by 1/rq, so that l_i = m + log|den_i| = -r_q and the weights and
+ * dq = (den dphi) / den below hold unchanged; 0 (a zero row) where that scale
+ * left the floats, as the forward's row did */
+static float favor__bwd_den(const favor__map *mp, float rq)
+{
+    if (!mp->nonorm) return favor__den_eff(mp, rq);
+    return rq >= FLT_MIN && rq <= FLT_MAX ? 1.0f / rq : 0.0f;
 }
 
 /* dst (nr x width) = the state (width x dv) times the columns of xt (dv x nr,
@@ -6770,9 +6808,10 @@ static void favor__bwd_lower(const favor__map *mp, favor__bwd *b, const float *l
 }
 
 /* dnum_i = w_i dout_i and dden_i = -w_i (dout_i . o_i), w_i = sign(den_i)
- * exp(lam - l_i), for nr rows (den_i, m_i, dout_i . o_i) at ri + 3 i */
+ * exp(lam - l_i) (unit: sign(den_i) alone), for nr rows (den_i, m_i,
+ * dout_i . o_i) at ri + 3 i */
 static void favor__bwd_weigh(favor__bwd *b, const float *ri, const float *G, size_t ldg,
-                             size_t nr, size_t dv, const float *lam)
+                             size_t nr, size_t dv, const float *lam, int unit)
 {
     size_t i;
     for (i = 0; i < nr; ++i, ri += 3) {
@@ -6782,7 +6821,7 @@ static void favor__bwd_weigh(favor__bwd *b, const float *ri, const float *G, siz
             b->dden[i] = 0.0f;
             continue;
         }
-        wi = favor__s_exp((lam[0] - ri[1]) + (lam[1] - favor__bwd_logden(ri[0])));
+        wi = unit ? 1.0f : favor__s_exp((lam[0] - ri[1]) + (lam[1] - favor__bwd_logden(ri[0])));
         if (ri[0] < 0.0f) wi = -wi;
         memcpy(b->dnum + i * dv, G + i * ldg, dv * sizeof(float));
         favor__scal(b->dnum + i * dv, wi, dv);
@@ -6813,8 +6852,9 @@ static void favor__bwd_query_grad(const favor__map *mp, favor__bwd *b, const flo
  * p is formed first, and the map backward reads it against features of 1 (ELU1:
  * p = dphi dphi/dx, dphi/dx = 1 for x > 0 and phi = exp(x) below). */
 static void favor__bwd_keys_finish(const favor__map *mp, favor__bwd *b, const float *lam,
-                                   const float *r, const float *K, size_t ldk, float *DK,
-                                   size_t lddk, float *DV, size_t lddv, size_t nr, size_t dv)
+                                   const double *mu, const float *r, const float *K, size_t ldk,
+                                   float *DK, size_t lddk, float *DV, size_t lddv, size_t nr,
+                                   size_t dv, float *dgk)
 {
     size_t j, k, w = mp->width, ldp = w;
     int elu = mp->kernel == FAVOR_ELU1;
@@ -6826,13 +6866,20 @@ static void favor__bwd_keys_finish(const favor__map *mp, favor__bwd *b, const fl
         ldp = 0;
     }
     for (j = 0; j < nr; ++j) {
-        float a = ((r ? r[j] : 0.0f) - lam[0]) - lam[1], e = 0.0f;
+        float a = mu ? (float)((double)(r ? r[j] : 0.0f) - mu[j])
+                     : ((r ? r[j] : 0.0f) - lam[0]) - lam[1],
+              e = 0.0f;
         int steps = 1;
         if (a > 88.0f) {
             e = favor__s_exp((a < 240.0f ? a : 240.0f) / 3.0f);
             steps = 3;
-        } else if (lam[1] < INFINITY) {
+        } else if (mu || lam[1] < INFINITY) { /* gated: mu = +inf, a = -inf, e = 0 */
             e = favor__s_exp(a);
+        }
+        if (dgk) { /* dL/dg: - phi(k_j) . dphi(k_j) (4.12), the dot product first */
+            float y = favor__dot(b->cb.kf + j * w, b->dphi + j * w, w);
+            for (k = 0; k < (size_t)steps; ++k) y *= e;
+            dgk[j * b->lddg] -= y;
         }
         if (elu) /* dphi times dphi/dx (1 or phi): elu1_grad in place */
             favor__elu1_grad(b->dphi + j * w, K + j * ldk, b->cb.kf + j * w, b->dphi + j * w, w);
@@ -6872,12 +6919,19 @@ static void favor__bwd_full_rows(const favor__map *mp, const favor__bwd_args *x,
         favor__bwd_state_times(mp, b, b->S, b->gt, nr, dv, b->dphi); /* u_r = S g_r */
         for (r = 0; r < nr; ++r) {
             float *u = b->dphi + r * w, *ri = b->rows + 3 * r;
-            float den = favor__den_eff(mp, favor__dot(b->cb.qf + r * w, b->z, w));
+            float den = favor__bwd_den(
+                mp, !mp->nonorm                     ? favor__dot(b->cb.qf + r * w, b->z, w)
+                    : favor__stabilized(mp->kernel) ? favor__s_exp(b->cb.rq[r] + b->c)
+                                                    : 1.0f);
             b->den[r] = ri[0] = den;
             ri[1] = 0.0f; /* m_i: the keys' scale c cancels */
             if (den == 0.0f) { /* a zero row: no gradient */
                 ri[2] = 0.0f;
                 memset(u, 0, w * sizeof(float));
+                continue;
+            }
+            if (mp->nonorm) { /* dphi(q_r) = S g_r, at the row's scale: u */
+                ri[2] = 0.0f;
                 continue;
             }
             ri[2] = favor__dot(b->cb.qf + r * w, u, w) / den; /* dout . o */
@@ -6886,7 +6940,7 @@ static void favor__bwd_full_rows(const favor__map *mp, const favor__bwd_args *x,
         favor__bwd_query_grad(mp, b, Q + i * ldq, ldq, DQ + i * lddq, lddq, nr);
         favor__bwd_min(b->rows, nr, lo);
         favor__bwd_lower(mp, b, lo, lam, dv);
-        favor__bwd_weigh(b, b->rows, G + i * ldg, ldg, nr, dv, lam);
+        favor__bwd_weigh(b, b->rows, G + i * ldg, ldg, nr, dv, lam, 0);
         favor__bwd_accumulate(mp, b, nr, dv);
     }
 }
@@ -6909,8 +6963,8 @@ static void favor__bwd_full_keys(const favor__map *mp, const favor__bwd_args *x,
         favor__phi_finish(mp, b->cb.kf, w, nr, b->cb.rk, b->cb.mk);
         favor__transpose(nr, dv, V + j0 * ldv, ldv, b->vt, C);
         favor__bwd_keys_from_sums(mp, b, DV, x->dv->row_stride, nr, dv);
-        favor__bwd_keys_finish(mp, b, lam, NULL, K + j0 * ldk, ldk, DK, x->dk->row_stride, DV,
-                               x->dv->row_stride, nr, dv);
+        favor__bwd_keys_finish(mp, b, lam, NULL, NULL, K + j0 * ldk, ldk, DK, x->dk->row_stride,
+                               DV, x->dv->row_stride, nr, dv, NULL);
     }
 }
 
@@ -6926,6 +6980,7 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
     for (j0 = 0; j0 < sh->nk; j0 += C)
         favor__lin_absorb(mp, b->S, b->z, &c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
                           sh->nk - j0 < C ? sh->nk - j0 : C, dv, &b->cb);
+    b->c = c;
     for (t = 0; t < grp; ++t) favor__bwd_full_rows(mp, x, sh, hk, t, 0, sh->n, b, lam);
     favor__bwd_full_keys(mp, x, sh, hk, c, lam, 0, sh->nk, b);
 }
@@ -6943,7 +6998,13 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
     const float *K = (float *)x->k->data + hk * x->k->head_stride + kr * ldk;
     const float *V = (float *)x->v->data + hk * x->v->head_stride + kr * ldv;
     float mrun;
-    int rising = favor__chunk_keys(mp, *c, K, ldk, nr, &b->cb, &mrun);
+    int rising;
+    if (favor__gated(mp)) { /* the forward's gated chunk (4.10) */
+        favor__log_gates(mp, 0, kr, nr, b->lg);
+        b->cb.lg = b->lg;
+        b->cb.dd = b->dd;
+    }
+    rising = favor__chunk_keys(mp, *c, K, ldk, nr, &b->cb, &mrun);
     favor__transpose(nr, dv, V, ldv, b->vt, C);
     for (t = 0; t < grp; ++t) {
         size_t h = hk * grp + t, ldq = x->q->row_stride, ldg = x->g->row_stride;
@@ -6956,7 +7017,7 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
         favor__gemm_lower(nr, dv, G, ldg, b->vt, C, b->b, C); /* g_i . v_j, j <= i */
         for (i = 0; i < nr; ++i) {
             float *u = b->dphi + i * w, *bi = b->b + i * C, *ai = b->cb.a + i * C;
-            float den = favor__den_eff(mp, b->cb.rq[i]), e, og, *ri = b->rows + 3 * i;
+            float den = favor__bwd_den(mp, b->cb.rq[i]), e, og, *ri = b->rows + 3 * i;
             *favor__stash_at(sto, kr + i, 3 * t) = b->den[i] = ri[0] = den;
             *favor__stash_at(sto, kr + i, 3 * t + 1) = ri[1] = b->cb.mk[i];
             if (den == 0.0f) { /* a zero row: no gradient */
@@ -6965,34 +7026,83 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
                 memset(bi, 0, nr * sizeof(float));
                 continue;
             }
-            e = favor__s_exp(*c - b->cb.mk[i]);
+            e = favor__chunk_e(&b->cb, *c, i);
             og = 0.0f;
-            for (j = 0; j <= i; ++j) og += ai[j] * bi[j];
-            og = (e * favor__dot(b->cb.qf + i * w, u, w) + og) / den; /* dout . o */
+            for (j = 0; !mp->nonorm && j <= i; ++j) og += ai[j] * bi[j];
+            if (!mp->nonorm) og = (e * favor__dot(b->cb.qf + i * w, u, w) + og) / den; /* dout . o */
             *favor__stash_at(sto, kr + i, 3 * t + 2) = ri[2] = og;
             favor__scal(u, e, w); /* den dphi(q_i) = e (S g_i - og z) + b_i kf */
             favor__axpy(u, -e * og, b->z, w);
             for (j = 0; j <= i; ++j) bi[j] -= og;
-            if (rising && i > 0) { /* b_ij *= exp(m_j - m_i) */
-                favor__exp_add(b->cb.g, b->cb.mk, -b->cb.mk[i], i);
+            if (rising && i > 0) { /* b_ij *= exp(m_j - m_i), gated exp(D_j - D_i) */
+                favor__chunk_factors(&b->cb, i, i);
                 favor__vmul(bi, b->cb.g, i);
             }
         }
         favor__gemm_tri(nr, w, 0, b->b, C, 1, b->cb.kf, w, b->dphi, w); /* += b kf */
+        for (i = 0; b->dg && i < nr; ++i) /* dL/dg: + phi(q_i) . dphi(q_i) (4.12) */
+            if (b->den[i] != 0.0f)
+                b->dg[(kr + i) * b->lddg] +=
+                    favor__dot(b->cb.qf + i * w, b->dphi + i * w, w) / b->den[i];
         favor__bwd_query_grad(mp, b, Q, ldq, DQ, x->dq->row_stride, nr);
         if (lam) { /* qf: the rows' features at their own scale, as the reverse pass's */
             float lo[2] = { 0.0f, INFINITY };
             favor__bwd_min(b->rows, nr, lo);
             favor__bwd_lower(mp, b, lo, lam, dv);
-            favor__bwd_weigh(b, b->rows, G, ldg, nr, dv, lam);
+            favor__bwd_weigh(b, b->rows, G, ldg, nr, dv, lam, 0);
             favor__bwd_accumulate(mp, b, nr, dv);
         }
     }
     favor__chunk_absorb(mp, b->S, b->z, c, mrun, rising, V, ldv, nr, dv, &b->cb);
+    b->cb.lg = NULL;
+    b->cb.dd = NULL;
+}
+
+/* Gated: L_i = l_i - G_i of row i (stash ri; +inf: a zero row) */
+static double favor__bwd_gated_L(const favor__bwd *b, const float *ri, size_t i)
+{
+    return ri[0] != 0.0f ? ((double)ri[1] + favor__bwd_logden(ri[0])) - b->gg[i] : INFINITY;
+}
+
+/* The gated reverse pass (4.12) of a chunk of nr keys from kr: the chunk's
+ * cumulative log-gates G_i into b->gg and the keys' offsets P_j into b->pp, from
+ * the rows' stash in b->rows (grp heads, C apart) and the sums' scale lam; returns
+ * the cross offset lam - G_last (+inf: no sums yet). */
+static double favor__bwd_gated_offsets(const favor__map *mp, favor__bwd *b, const float *lam,
+                                       size_t kr, size_t nr, size_t grp)
+{
+    size_t i, t, C = FAVOR__CHUNK;
+    double G = 0.0, run, cross;
+    favor__log_gates(mp, 0, kr, nr, b->lg);
+    for (i = 0; i < nr; ++i) b->gg[i] = G += b->lg[i];
+    cross = lam[1] < INFINITY ? ((double)lam[0] + lam[1]) - G : INFINITY;
+    for (run = cross, i = nr; i-- > 0;) {
+        for (t = 0; t < grp; ++t) {
+            double L = favor__bwd_gated_L(b, b->rows + (t * C + i) * 3, i);
+            if (L < run) run = L;
+        }
+        b->pp[i] = run;
+    }
+    return cross;
+}
+
+/* Gated: the weights exp(P_j - L) <= 1 of a row (L from favor__bwd_gated_L) for
+ * keys j < n, into b->cb.g (P_j <= L wherever L is finite) */
+static void favor__bwd_gated_pairs(favor__bwd *b, double L, size_t n)
+{
+    size_t j;
+    if (L == INFINITY) {
+        memset(b->cb.g, 0, n * sizeof(float));
+        return;
+    }
+    for (j = 0; j < n; ++j) b->cb.g[j] = (float)(b->pp[j] - L);
+    favor__exp_add(b->cb.g, b->cb.g, 0.0f, n);
 }
 
 /* Causal reverse pass over one chunk: dk, dv of keys kr.., from the stash of rows
- * r0.. and the sums of the later rows. */
+ * r0.. and the sums of the later rows. Gated (4.12): every weight is brought to
+ * its key's offset P_j by a factor <= 1 per (row, key) pair, and the sums leave
+ * at the chunk's least offset P_0. */
 static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *x,
                                    const favor__shape *sh, size_t hk, favor__bwd *b,
                                    const favor__stash *sto, float *lam, size_t kr, size_t r0,
@@ -7005,6 +7115,8 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
     float *DV = (float *)x->dv->data + hk * x->dv->head_stride + kr * lddv;
     float *DK = (float *)x->dk->data + hk * x->dk->head_stride + kr * x->dk->row_stride;
     float lo[2] = { 0.0f, INFINITY };
+    int gated = favor__gated(mp);
+    double cross = 0.0;
     for (t = 0; t < grp; ++t) { /* the rows' stash, before their dk/dv rows are written */
         for (i = 0; i < nr; ++i) {
             float *ri = b->rows + (t * C + i) * 3;
@@ -7014,28 +7126,62 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
         }
         favor__bwd_min(b->rows + t * C * 3, nr, lo);
     }
-    favor__bwd_lower(mp, b, lo, lam, dv);
+    if (gated) cross = favor__bwd_gated_offsets(mp, b, lam, kr, nr, grp);
+    else favor__bwd_lower(mp, b, lo, lam, dv);
     favor__bwd_keys_own(mp, b, K, ldk, V, ldv, nr, dv);
     favor__bwd_keys_from_sums(mp, b, DV, lddv, nr, dv);
+    if (gated) { /* the later rows' sums to the keys' offsets, then to P_0 */
+        for (j = 0; j < nr; ++j) {
+            float e = cross < INFINITY ? favor__s_exp((float)(b->pp[j] - cross)) : 0.0f;
+            favor__scal(DV + j * lddv, e, dv);
+            favor__scal(b->dphi + j * w, e, w);
+        }
+        if (cross < INFINITY && b->pp[0] < INFINITY) {
+            float e = favor__s_exp((float)(b->pp[0] - cross));
+            favor__scal(b->R, e, w * dv);
+            favor__scal(b->rz, e, w);
+        }
+    }
     for (t = 0; t < grp; ++t) {
         size_t h = hk * grp + t, ldq = x->q->row_stride, ldg = x->g->row_stride;
         const float *Q = (float *)x->q->data + h * x->q->head_stride + r0 * ldq;
         const float *G = (float *)x->g->data + h * x->g->head_stride + r0 * ldg;
+        const float *rt = b->rows + t * C * 3;
         favor__phi_raw(mp, Q, ldq, nr, b->cb.qf, w, b->cb.rq);
         favor__phi_finish(mp, b->cb.qf, w, nr, b->cb.rq, b->cb.rq);
-        favor__bwd_weigh(b, b->rows + t * C * 3, G, ldg, nr, dv, lam);
+        /* gated: unit weights (the sign of den_i), the pairs' factors below */
+        favor__bwd_weigh(b, rt, G, ldg, nr, dv, lam, gated);
         /* a = qf kf^T and b_ij = v'_j . dnum'_i (rows i, keys j <= i); key j is
          * seen by rows i >= j: dV += a^T dnum, dphi += b^T qf */
         favor__gemm_lower(nr, w, b->cb.qf, w, b->cb.kt, C, b->cb.a, C);
         favor__gemm_lower(nr, dv, b->dnum, dv, b->vt, C, b->b, C);
-        for (i = 0; i < nr; ++i)
+        for (i = 0; i < nr; ++i) {
             for (j = 0; j <= i; ++j) b->b[i * C + j] += b->dden[i];
+            if (gated) {
+                favor__bwd_gated_pairs(b, favor__bwd_gated_L(b, rt + 3 * i, i), i + 1);
+                favor__vmul(b->cb.a + i * C, b->cb.g, i + 1);
+                favor__vmul(b->b + i * C, b->cb.g, i + 1);
+            }
+        }
         favor__gemm_tri(nr, dv, 1, b->cb.a, 1, C, b->dnum, dv, DV, lddv);
         favor__gemm_tri(nr, w, 1, b->b, 1, C, b->cb.qf, w, b->dphi, w);
+        for (i = 0; gated && i < nr; ++i) { /* the rows join the sums at P_0 */
+            double L = favor__bwd_gated_L(b, rt + 3 * i, i);
+            float e = L < INFINITY ? favor__s_exp((float)(b->pp[0] - L)) : 0.0f;
+            favor__scal(b->dnum + i * dv, e, dv);
+            b->dden[i] *= e;
+        }
         favor__bwd_accumulate(mp, b, nr, dv);
     }
-    favor__bwd_keys_finish(mp, b, lam, b->cb.rk, K, ldk, DK, x->dk->row_stride, DV, lddv, nr,
-                           dv);
+    if (gated) { /* mu_j = P_j + G_j; the sums' scale becomes P_0 */
+        for (j = 0; j < nr; ++j) b->gg[j] += b->pp[j];
+        if (b->pp[0] < INFINITY) {
+            lam[0] = (float)b->pp[0];
+            lam[1] = (float)(b->pp[0] - (double)lam[0]);
+        }
+    }
+    favor__bwd_keys_finish(mp, b, lam, gated ? b->gg : NULL, b->cb.rk, K, ldk, DK,
+                           x->dk->row_stride, DV, lddv, nr, dv, b->dg ? b->dg + kr * b->lddg : NULL);
 }
 
 /* Keys [j0, j1) every causal row sees (n_k > n): dk, dv from the sums R, rz of
@@ -7048,12 +7194,31 @@ static void favor__bwd_causal_pre(const favor__map *mp, const favor__bwd_args *x
     size_t lddk = x->dk->row_stride, lddv = x->dv->row_stride;
     const float *K = (float *)x->k->data + hk * x->k->head_stride, *V = (float *)x->v->data + hk * x->v->head_stride;
     float *DK = (float *)x->dk->data + hk * x->dk->head_stride, *DV = (float *)x->dv->data + hk * x->dv->head_stride;
+    double lamd = lam[1] < INFINITY ? (double)lam[0] + lam[1] : INFINITY;
+    size_t j, e = j1;
+    if (favor__gated(mp)) { /* last chunk first: mu_j = lam + the gates after j */
+        while (e > j0) {
+            size_t nr = e - j0 < C ? e - j0 : C, s = e - nr;
+            double G = 0.0;
+            favor__bwd_keys_own(mp, b, K + s * ldk, ldk, V + s * ldv, ldv, nr, dv);
+            favor__bwd_keys_from_sums(mp, b, DV + s * lddv, lddv, nr, dv);
+            favor__log_gates(mp, 0, s, nr, b->lg);
+            for (j = 0; j < nr; ++j) b->gg[j] = G += b->lg[j];
+            for (j = 0; j < nr; ++j) b->gg[j] = (lamd - G) + b->gg[j];
+            favor__bwd_keys_finish(mp, b, lam, b->gg, b->cb.rk, K + s * ldk, ldk, DK + s * lddk,
+                                   lddk, DV + s * lddv, lddv, nr, dv,
+                                   b->dg ? b->dg + s * b->lddg : NULL);
+            lamd -= G;
+            e = s;
+        }
+        return;
+    }
     for (; j0 < j1; j0 += C) {
         size_t nr = j1 - j0 < C ? j1 - j0 : C;
         favor__bwd_keys_own(mp, b, K + j0 * ldk, ldk, V + j0 * ldv, ldv, nr, dv);
         favor__bwd_keys_from_sums(mp, b, DV + j0 * lddv, lddv, nr, dv);
-        favor__bwd_keys_finish(mp, b, lam, b->cb.rk, K + j0 * ldk, ldk, DK + j0 * lddk, lddk,
-                               DV + j0 * lddv, lddv, nr, dv);
+        favor__bwd_keys_finish(mp, b, lam, NULL, b->cb.rk, K + j0 * ldk, ldk, DK + j0 * lddk,
+                               lddk, DV + j0 * lddv, lddv, nr, dv, NULL);
     }
 }
 
@@ -7120,6 +7285,15 @@ static void favor__bwd_causal_head(const favor__map *mp, const favor__bwd_args *
             memset((float *)x->dq->data + (hk * grp + t) * x->dq->head_stride +
                        i * x->dq->row_stride,
                    0, sh->d * sizeof(float));
+    if (favor__gated(mp)) { /* the keys decay one by one, as the forward's */
+        favor__qgroup qg;
+        memset(&qg, 0, sizeof qg);
+        qg.k = x->k;
+        qg.v = x->v;
+        qg.g = hk;
+        favor__lin_absorb_rows(mp, b->S, b->z, c, &qg, j0, j1, sh->dv, &b->cb);
+        return;
+    }
     for (; j0 < j1; j0 += C)
         favor__lin_absorb(mp, b->S, b->z, c, K + j0 * ldk, ldk, V + j0 * ldv, ldv,
                           j1 - j0 < C ? j1 - j0 : C, sh->dv, &b->cb);
@@ -7391,6 +7565,7 @@ static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
                 favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
                 bb.S = last;
                 bb.z = last + w * ncol;
+                bb.c = last[2 * n];
                 bb.R = pt;
                 bb.rz = pt + w * ncol;
                 memset(pt, 0, n * sizeof(float));
@@ -7462,12 +7637,13 @@ static size_t favor__linear_bwd_plan(const favor_features *f, const favor_tensor
                                      const favor_tensor *k, const favor_tensor *v,
                                      const favor_tensor *dout, const favor_tensor *dq,
                                      const favor_tensor *dk, const favor_tensor *dv, int causal,
-                                     int any16, size_t nt, int *split, favor__bsplit *bs,
+                                     int gated, int any16, size_t nt, int *split, favor__bsplit *bs,
                                      size_t *slice, size_t *stg, size_t *stage_at,
                                      size_t *slots_at, size_t *parts_at, size_t *stash_at)
 {
     size_t all, t, hkv = favor__nheads(k), grp = q->heads / k->heads;
-    *split = favor__bsplit_plan(f, q, k, v, bs) && (!causal || bs->sp.parts > 1);
+    /* gated: per key/value head (the split's scans do not decay yet) */
+    *split = !gated && favor__bsplit_plan(f, q, k, v, bs) && (!causal || bs->sp.parts > 1);
     *stash_at = 0;
     if (!*split)
         return (all = favor__linear_bwd_call_floats(f, q, k, v, dout, dq, dk, dv, causal, any16))
@@ -7507,6 +7683,7 @@ FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features 
     if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
     return favor__ws_bytes(favor__linear_bwd_plan(f, q, k, v, q, q, k, v,
                                                   opts && (opts->flags & FAVOR_CAUSAL),
+                                                  opts && (opts->decay || opts->gates),
                                                   favor__any16(q, k, v), favor__nthreads(opts),
                                                   &split, &bs, &slice, &stg, &stage_at,
                                                   &slots_at, &parts_at, &stash_at));
@@ -7518,11 +7695,43 @@ static size_t favor__linear_bwd_call(const favor_features *f, const favor_tensor
                                      const favor_tensor *k, const favor_tensor *v,
                                      const favor_tensor *dout, const favor_tensor *dq,
                                      const favor_tensor *dk, const favor_tensor *dv, int causal,
-                                     size_t nt, int *split, favor__bsplit *bs, size_t *slice,
-                                     size_t *at)
+                                     int gated, size_t nt, int *split, favor__bsplit *bs,
+                                     size_t *slice, size_t *at)
 {
-    return favor__linear_bwd_plan(f, q, k, v, dout, dq, dk, dv, causal, 0, nt, split, bs, slice,
-                                  &at[0], &at[1], &at[2], &at[3], &at[4]);
+    return favor__linear_bwd_plan(f, q, k, v, dout, dq, dk, dv, causal, gated, 0, nt, split, bs,
+                                  slice, &at[0], &at[1], &at[2], &at[3], &at[4]);
+}
+
+/* The map of one key/value head hk of a gated call: its row of the gates (g1)
+ * and its decay, as head 0 (the backward's kernels run on head 0 of views) */
+static void favor__head_map(favor__map *mh, favor_tensor *g1, const favor__map *mp, size_t hk)
+{
+    *mh = *mp;
+    if (mp->gates) {
+        *g1 = *mp->gates;
+        g1->data = favor__at(mp->gates, hk, 0);
+        g1->heads = 1;
+        g1->batch = 0;
+        mh->gates = g1;
+    }
+    if (mp->decay) {
+        mh->decay = mp->decay + hk % mp->dheads;
+        mh->dheads = 1;
+    }
+}
+
+/* dL/dg of a head's nk key rows (stride ld) from the sums phi(q).dphi(q) -
+ * phi(k).dphi(k) of each position (4.12): their suffix sums, in double; key 0's
+ * gate has no effect (nothing before it decays), its gradient is 0 */
+static void favor__dg_finish(float *dg, size_t ld, size_t nk)
+{
+    double acc = 0.0;
+    size_t t;
+    for (t = nk; t-- > 1;) {
+        acc += dg[t * ld];
+        dg[t * ld] = (float)acc;
+    }
+    dg[0] = 0.0f;
 }
 
 /* One sequence of a linear backward (sh: its shape) on ws */
@@ -7530,15 +7739,16 @@ static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
                                   const favor_tensor *q, const favor_tensor *k,
                                   const favor_tensor *v, const favor_tensor *dout,
                                   const favor_tensor *dq, const favor_tensor *dk,
-                                  const favor_tensor *dv, const favor__shape *sh, int causal,
-                                  size_t nt, float *ws)
+                                  const favor_tensor *dv, const favor_tensor *dgv,
+                                  const favor__shape *sh, int causal, size_t nt, float *ws)
 {
     size_t slice = 0, at[5], grp = sh->hq / sh->hkv, kern;
     favor__bsplit bs;
     int split = 0, in_ws = causal && favor__stash_in_ws(grp, sh->d, sh->dv);
     long g;
     at[0] = at[1] = at[2] = at[3] = at[4] = 0; /* staging, slots, parts, ... stash */
-    favor__linear_bwd_call(f, q, k, v, dout, dq, dk, dv, causal, nt, &split, &bs, &slice, at);
+    favor__linear_bwd_call(f, q, k, v, dout, dq, dk, dv, causal, favor__gated(mp), nt, &split,
+                           &bs, &slice, at);
     kern = favor__linear_bwd_floats(f, grp, sh->d, sh->dv, sh->n, causal);
     if (split) { /* at: the staging per head, where it, the slots, parts, stash begin */
         favor__linear_bwd_split(mp, q, k, v, dout, dq, dk, dv, sh, &bs, causal, ws, slice,
@@ -7560,6 +7770,9 @@ static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
         favor_tensor DK = favor__stage(dk, hk, 1, 0, &p), DV = favor__stage(dv, hk, 1, 0, &p);
         favor__bwd_args x;
         favor__bwd b;
+        favor__map mh;
+        favor_tensor g1;
+        favor__head_map(&mh, &g1, mp, hk);
         x.q = &Q;
         x.k = &K;
         x.v = &V;
@@ -7568,8 +7781,15 @@ static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
         x.dk = &DK;
         x.dv = &DV;
         favor__bwd_carve(&b, mine, mp->width, sh->dv, grp, in_ws);
-        if (causal) favor__linear_bwd_causal(mp, &x, sh, 0, &b);
-        else favor__linear_bwd_full(mp, &x, sh, 0, &b);
+        if (dgv) { /* zeroed, then the sums of 4.12 */
+            size_t t;
+            b.dg = (float *)favor__at(dgv, hk, 0);
+            b.lddg = dgv->row_stride;
+            for (t = 0; t < sh->nk; ++t) b.dg[t * b.lddg] = 0.0f;
+        }
+        if (causal) favor__linear_bwd_causal(&mh, &x, sh, 0, &b);
+        else favor__linear_bwd_full(&mh, &x, sh, 0, &b);
+        if (b.dg) favor__dg_finish(b.dg, b.lddg, sh->nk);
         favor__unstage(dq, hk * grp, &DQ);
         favor__unstage(dk, hk, &DK);
         favor__unstage(dv, hk, &DV);
@@ -7626,6 +7846,10 @@ FAVOR_API favor_status favor_linear_attention_backward(
             if (favor__overlaps_any(&sh, sh.grad[i], 0))
                 return favor__no(&w, FAVOR_E_ALIAS, "%s overlaps f's w or wt",
                                  i == 0 ? "dq" : i == 1 ? "dk" : "dv");
+        if (opts && opts->dgates && /* dgates: the range before W's */
+            (favor__overlap(sh.other[sh.nother - 3], sh.other[sh.nother - 2]) ||
+             favor__overlap(sh.other[sh.nother - 3], sh.other[sh.nother - 1])))
+            return favor__no(&w, FAVOR_E_ALIAS, "opts.dgates overlaps f's w or wt");
     }
     causal = opts && (opts->flags & FAVOR_CAUSAL);
     nt = favor__nthreads(opts);
@@ -7634,28 +7858,38 @@ FAVOR_API favor_status favor_linear_attention_backward(
         favor__seqv_grads(&sv, &gv, q, k, v, dout, dq, dk, dv, opts, seq);
         if (!sv.q.rows || !sv.k.rows) continue;
         if (!(fl = favor__linear_bwd_call(f, &sv.q, &sv.k, &sv.v, &gv.o, &gv.q, &gv.k, &gv.v,
-                                          causal, nt, &split, &bs, &slice, at)))
+                                          causal, opts && (opts->decay || opts->gates), nt,
+                                          &split, &bs,
+                                          &slice, at)))
             return favor__too_big(opts);
         if (fl > floats) floats = fl;
     }
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
+    favor__map_opts(&mp, opts, k->heads);
     for (seq = 0; seq < favor__nseq(opts); ++seq) { /* each from an empty state */
         favor__seqv sv, gv;
         favor__shape ss = sh;
+        favor_tensor gt, dgt;
         favor__seqv_grads(&sv, &gv, q, k, v, dout, dq, dk, dv, opts, seq);
+        if (mp.gates) { /* the sequence's rows of the gates and of dgates */
+            gt = favor__rows(opts->gates, sv.k0, sv.k.rows);
+            mp.gates = &gt;
+        }
+        if (opts && opts->dgates) dgt = favor__rows(opts->dgates, sv.k0, sv.k.rows);
         if (!sv.q.rows || !sv.k.rows) { /* no row sees a key: zero gradients */
             for (h = 0; h < sh.hq; ++h) favor__zero_rows(&gv.q, h, 0, gv.q.rows);
             for (h = 0; h < sh.hkv; ++h) {
                 favor__zero_rows(&gv.k, h, 0, gv.k.rows);
                 favor__zero_rows(&gv.v, h, 0, gv.v.rows);
+                if (opts && opts->dgates) favor__zero_rows(&dgt, h, 0, dgt.rows);
             }
             continue;
         }
         ss.n = sv.q.rows;
         ss.nk = sv.k.rows;
-        favor__linear_bwd_run(f, &mp, &sv.q, &sv.k, &sv.v, &gv.o, &gv.q, &gv.k, &gv.v, &ss,
-                              causal, nt, ws);
+        favor__linear_bwd_run(f, &mp, &sv.q, &sv.k, &sv.v, &gv.o, &gv.q, &gv.k, &gv.v,
+                              opts && opts->dgates ? &dgt : NULL, &ss, causal, nt, ws);
     }
     favor__ws_put(owned);
     return FAVOR_OK;

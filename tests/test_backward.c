@@ -1138,8 +1138,8 @@ static void test_backward_validation(void **state)
                 o.workspace_size = 0; want = FAVOR_E_WORKSPACE; what = "workspace size 0"; break;
             case 31:
                 o.workspace = fx.dk; want = FAVOR_E_ALIAS; what = "workspace overlaps dk"; break;
-            case 32: o.flags = 4u; want = FAVOR_E_ARG; what = "flags 4"; break;
-            case 33: o.flags = FAVOR_CAUSAL | 4u; want = FAVOR_E_ARG; what = "flags 5"; break;
+            case 32: o.flags = 8u; want = FAVOR_E_ARG; what = "flags 8"; break;
+            case 33: o.flags = FAVOR_CAUSAL | 8u; want = FAVOR_E_ARG; what = "flags 9"; break;
             case 34: o.scale = -1.0f; want = FAVOR_E_ARG; what = "scale -1"; break;
             case 35: o.scale = (float)NAN; want = FAVOR_E_ARG; what = "scale NaN"; break;
             case 36: o.threads = -1; want = FAVOR_E_ARG; what = "threads -1"; break;
