@@ -78,7 +78,7 @@ enum { SOFTMAX, ELU, FAVORP };
 static const char *const method_names[] = {"softmax", "elu", "favor"};
 
 typedef struct {
-    int method, layers, causal, check, threads;
+    int method, layers, causal, check, threads, gates;
     size_t features, steps, n, batch, dmodel, heads, keys, values, eval, log, redraw;
     double lr;
     unsigned long long seed;
@@ -184,13 +184,14 @@ typedef struct {
     float *ek, *ev, *eq; /* embeddings: K x D, V x D, K x D        */
     float *w[2][4];      /* per layer Wq, Wk, Wv, Wo, each D x D   */
     float *wr, *br;      /* read-out: D x V and V                  */
+    float *wg[2], *bg[2]; /* --gates: per layer D x H and H        */
 } params;
 
 static size_t param_count(const config *c)
 {
     size_t d = c->dmodel;
     return (2 * c->keys + c->values) * d + (size_t)c->layers * 4 * d * d + d * c->values +
-           c->values;
+           c->values + (c->gates ? (size_t)c->layers * (d + 1) * c->heads : 0);
 }
 
 static void bind(params *p, float *base, const config *c)
@@ -208,6 +209,12 @@ static void bind(params *p, float *base, const config *c)
         }
     p->wr = base;
     p->br = p->wr + d * c->values;
+    base = p->br + c->values;
+    for (l = 0; l < 2; ++l) {
+        p->wg[l] = c->gates && l < c->layers ? base : NULL;
+        p->bg[l] = c->gates && l < c->layers ? base + d * c->heads : NULL;
+        if (p->wg[l]) base += (d + 1) * c->heads;
+    }
 }
 
 /* ---- the model ------------------------------------------------------------------*/
@@ -228,18 +235,20 @@ typedef struct {
     int *key, *val, *qry, *tgt;
     float *x[3];                   /* inputs of the layers; x[layers]: of read-out  */
     float *q[2], *k[2], *v[2], *a[2], *lse[2];
+    float *g[2], *om[2], *dg;      /* --gates: log-gates, 1 - sigmoid, dL/dg (H x n
+                                      per sequence)                                 */
     float *logits;                 /* rows x V: probabilities after the forward     */
     float *dx, *da, *dqkv[3];      /* backward: rows x D each                       */
     double *loss;                  /* per sequence: summed cross-entropy            */
     size_t *correct;               /* per sequence: correct argmax predictions      */
-    void *blocks[40];              /* every allocation, for model_free()            */
+    void *blocks[48];              /* every allocation, for model_free()            */
     size_t nblocks;
 } model;
 
 /* zeroed memory, recorded in M->blocks; exits when there is none */
 static void *xcalloc(model *M, size_t count, size_t size)
 {
-    void *p = M->nblocks < 40 ? calloc(count ? count : 1, size) : NULL;
+    void *p = M->nblocks < 48 ? calloc(count ? count : 1, size) : NULL;
     if (!p) {
         fprintf(stderr, "favor_train: out of memory\n");
         exit(1);
@@ -287,6 +296,10 @@ static void model_init(model *M, const config *c)
     for (l = 0; l < c->layers; ++l)
         for (i = 0; i < 4; ++i) fill_normal(M->p.w[l][i], d * d, 1.0 / sqrt((double)d), &s);
     fill_normal(M->p.wr, d * c->values, 1.0 / sqrt((double)d), &s);
+    for (l = 0; c->gates && l < c->layers; ++l) { /* gates start near 1: sigmoid(4) */
+        fill_normal(M->p.wg[l], d * c->heads, 0.01, &s);
+        for (i = 0; i < (int)c->heads; ++i) M->p.bg[l][i] = 4.0f;
+    }
 
     M->key = (int *)xcalloc(M, rows, sizeof(int));
     M->val = (int *)xcalloc(M, rows, sizeof(int));
@@ -299,7 +312,12 @@ static void model_init(model *M, const config *c)
         M->v[l] = floats(M, rows * d);
         M->a[l] = floats(M, rows * d);
         M->lse[l] = floats(M, c->batch * c->heads * c->n);
+        if (c->gates) {
+            M->g[l] = floats(M, c->batch * c->heads * c->n);
+            M->om[l] = floats(M, c->batch * c->heads * c->n);
+        }
     }
+    if (c->gates) M->dg = floats(M, c->batch * c->heads * c->n);
     M->logits = floats(M, rows * c->values);
     M->dx = floats(M, rows * d);
     M->da = floats(M, rows * d);
@@ -368,6 +386,29 @@ static favor_options call_options(const model *M, int l, size_t b)
     return o;
 }
 
+/* favor's view [heads][n][1] of sequence b's per-head, per-position floats */
+static favor_tensor gate_view(const model *M, float *buf, size_t b)
+{
+    favor_tensor t = favor_tensor_packed(buf + b * M->c.heads * M->c.n, M->c.heads, M->c.n, 1);
+    return t;
+}
+
+/* --gates: the log-gates g[h][t] = log sigmoid(x_t . wg_h + bg_h) of layer l,
+ * sequence b (x its rows), and 1 - sigmoid (their derivative) for the backward */
+static void make_gates(model *M, int l, size_t b, const float *x)
+{
+    size_t n = M->c.n, d = M->c.dmodel, H = M->c.heads, t, h, j;
+    float *g = M->g[l] + b * H * n, *om = M->om[l] + b * H * n;
+    for (t = 0; t < n; ++t)
+        for (h = 0; h < H; ++h) {
+            double pre = M->p.bg[l][h];
+            for (j = 0; j < d; ++j) pre += (double)x[t * d + j] * M->p.wg[l][j * H + h];
+            /* log sigmoid and 1 - sigmoid without cancellation */
+            g[h * n + t] = (float)(pre >= 0 ? -log1p(exp(-pre)) : pre - log1p(exp(pre)));
+            om[h * n + t] = (float)(pre >= 0 ? exp(-pre) / (1 + exp(-pre)) : 1 / (1 + exp(pre)));
+        }
+}
+
 /* Forward pass of sequence b: M->loss[b] and M->correct[b], and the
  * probabilities in its rows of M->logits. */
 static void forward(model *M, size_t b)
@@ -388,6 +429,11 @@ static void forward(model *M, size_t b)
         favor_tensor Q = heads_view(M, M->q[l], b), K = heads_view(M, M->k[l], b),
                      Vt = heads_view(M, M->v[l], b), A = heads_view(M, M->a[l], b);
         favor_options o = call_options(M, l, b);
+        favor_tensor Gt = c->gates ? gate_view(M, M->g[l], b) : Q;
+        if (c->gates) {
+            make_gates(M, l, b, x);
+            o.gates = &Gt;
+        }
         gemm(n, d, d, x, w[0], Q.data, 0);
         gemm(n, d, d, x, w[1], K.data, 0);
         gemm(n, d, d, x, w[2], Vt.data, 0);
@@ -443,6 +489,12 @@ static void backward(model *M, size_t b, float scale)
                      dA = heads_view(M, M->da, b), dQ = heads_view(M, M->dqkv[0], b),
                      dK = heads_view(M, M->dqkv[1], b), dV = heads_view(M, M->dqkv[2], b);
         favor_options o = call_options(M, l, b);
+        favor_tensor Gt = c->gates ? gate_view(M, M->g[l], b) : Q,
+                     dG = c->gates ? gate_view(M, M->dg, b) : Q;
+        if (c->gates) {
+            o.gates = &Gt;
+            o.dgates = &dG;
+        }
         /* y = x + A Wo: dx passes through the residual; dWo = A^T dy, dA = dy Wo^T */
         gemm_tn(n, d, d, A.data, dx, g.w[l][3]);
         gemm(n, d, d, dx, M->pt.w[l][3], da, 0);
@@ -456,6 +508,20 @@ static void backward(model *M, size_t b, float scale)
             float *dy = M->dqkv[i] + r0 * d;
             gemm_tn(n, d, d, x, dy, g.w[l][i]);
             gemm(n, d, d, dy, M->pt.w[l][i], dx, 1);
+        }
+        if (c->gates) { /* g = log sigmoid(pre): dpre = dg (1 - sigmoid(pre)) */
+            size_t H = c->heads, t, h;
+            const float *dgs = (const float *)dG.data, *om = M->om[l] + b * H * n;
+            memset(g.wg[l], 0, (d + 1) * H * sizeof(float));
+            for (t = 0; t < n; ++t)
+                for (h = 0; h < H; ++h) {
+                    float dp = dgs[h * n + t] * om[h * n + t];
+                    g.bg[l][h] += dp;
+                    for (j = 0; j < d; ++j) {
+                        g.wg[l][j * H + h] += x[t * d + j] * dp;
+                        dx[t * d + j] += M->p.wg[l][j * H + h] * dp;
+                    }
+                }
         }
     }
     memset(g.ek, 0, (2 * c->keys + V) * d * sizeof(float)); /* embeddings */
@@ -560,6 +626,8 @@ static void usage(FILE *to)
         "  --threads T    threads, 0: OpenMP's default              default 0\n"
         "  --seed S       seed of the data, the weights and W       default 1\n"
         "  --causal       causal attention (a query sees positions <= its own)\n"
+        "  --gates        learned per-token gates (elu, favor; with --causal):\n"
+        "                 log sigmoid(x Wg + bg) per head, trained through dL/dg\n"
         "  --check        exit 1 unless the loss fell (for smoke tests)\n");
 }
 
@@ -574,7 +642,7 @@ static int parse_args(int argc, char **argv, config *c)
     int i, k;
     c->method = FAVORP;
     c->lr = 0.01;
-    c->causal = c->check = 0;
+    c->causal = c->check = c->gates = 0;
     for (i = 1; i < argc; ++i) {
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -585,6 +653,8 @@ static int parse_args(int argc, char **argv, config *c)
             c->causal = 1;
         } else if (!strcmp(o, "--check")) {
             c->check = 1;
+        } else if (!strcmp(o, "--gates")) {
+            c->gates = 1;
         } else if (!strcmp(o, "--method") && val) {
             for (c->method = 0; c->method < 3; ++c->method)
                 if (!strcmp(val, method_names[c->method])) break;
@@ -639,6 +709,10 @@ static int parse_args(int argc, char **argv, config *c)
                         "1024, the rest positive\n");
         return 0;
     }
+    if (c->gates && (!c->causal || c->method == SOFTMAX)) {
+        fprintf(stderr, "favor_train: --gates needs --causal and --method elu or favor\n");
+        return 0;
+    }
     return 1;
 }
 
@@ -662,7 +736,8 @@ int main(int argc, char **argv)
            (unsigned long)(c.dmodel / c.heads), c.layers, c.layers > 1 ? "s" : "",
            c.method == SOFTMAX ? "softmax" : c.method == ELU ? "elu+1" : "FAVOR+");
     if (c.method == FAVORP) printf(" (m = %lu)", (unsigned long)c.features);
-    printf("%s, %lu parameters\n", c.causal ? ", causal" : "", (unsigned long)M.np);
+    printf("%s%s, %lu parameters\n", c.causal ? ", causal" : "",
+           c.gates ? ", learned gates" : "", (unsigned long)M.np);
     printf("training: %lu steps of %lu sequences, Adam lr %g, seed %llu, %s backend, "
            "%lu thread%s\n",
            (unsigned long)c.steps, (unsigned long)c.batch, c.lr, c.seed, favor_backend(),
