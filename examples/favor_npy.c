@@ -21,6 +21,22 @@
  * --kernel poly2 (FAVOR_POLY2) has no W: it is the exact kernel 1 + t + t^2/2,
  * t = s q.k, through 1 + d + d (d + 1) / 2 features (d <= 4096), so --features,
  * --seed and --projection do not apply and its timing line shows that width.
+ * --kernel identity (FAVOR_IDENTITY) is phi(x) = sqrt(s) x, width d, no W
+ * either (its timing line shows favor/identity and the width); its
+ * denominators can vanish, so it takes only --no-normalizer.
+ *
+ * Linear attention's options (--method elu and favor; favor.h's GATES):
+ * --no-normalizer (FAVOR_NO_NORM) drops the denominator, o_i = phi(q_i)^T S,
+ * causal or not. With --causal the state decays before each key t joins it by
+ * a_t = gamma_h exp(g_t): S_t = a_t S_{t-1} + phi(k_t) v_t^T (z_t alike), the
+ * gammas from --decay GAMMA.npy (a vector [heads] of floats in (0, 1], one per
+ * head of K, or of one batch element of K) and the log-gates g_t <= 0 from
+ * --gates G.npy (one per key position, shaped as K without its last dimension:
+ * [n_k], [heads, n_k] or [batch, heads, n_k]); either or both. Both files are
+ * float16, float32 or float64, read as float32 (the gates pass as an fp32 view
+ * [batch][heads][n_k][1]). Softmax refuses all four, and --decay and --gates
+ * need --causal (status 2); favor.h judges the values (a gamma outside (0, 1],
+ * a positive, NaN or -inf log-gate) and its opts.error text is printed.
  *
  * Score variants (softmax; favor.h's favor_options): --window LEFT,RIGHT
  * (FAVOR_WINDOW; query row i, at position p = i + n_k - n, sees key j when
@@ -672,10 +688,17 @@ static void finish_output(output *o)
  * ---------------------------------------------------------------------- */
 enum { M_SOFTMAX, M_ELU, M_FAVOR };
 static const char *const method_names[] = {"softmax", "elu", "favor"};
-static const char *const kernel_names[] = {"positive", "hyperbolic", "trig", "relu", "poly2"};
+static const char *const kernel_names[] = {"positive", "hyperbolic", "trig", "relu", "poly2",
+                                           "identity"};
 static const favor_kernel kernel_ids[] = {FAVOR_POSITIVE, FAVOR_HYPERBOLIC, FAVOR_TRIG,
-                                          FAVOR_RELU, FAVOR_POLY2};
+                                          FAVOR_RELU, FAVOR_POLY2, FAVOR_IDENTITY};
 #define N_KERNELS (sizeof kernel_names / sizeof kernel_names[0])
+
+/* the maps of --kernel without W (exact, deterministic): poly2 and identity */
+static int kernel_fixed(int kernel)
+{
+    return kernel_ids[kernel] == FAVOR_POLY2 || kernel_ids[kernel] == FAVOR_IDENTITY;
+}
 
 typedef struct {
     int method, kernel, causal, threads;
@@ -694,6 +717,9 @@ typedef struct {
     int given_softcap;
     const char *alibi, *sinks, *mask; /* .npy paths */
     const char *seqlens;              /* every method */
+    /* linear attention's options (GATES); 0 or NULL: not given */
+    int no_norm;                      /* --no-normalizer: FAVOR_NO_NORM */
+    const char *decay, *gates;        /* .npy paths (with --causal) */
 } config;
 
 static void usage(void)
@@ -711,9 +737,11 @@ static void usage(void)
            "  --method M         softmax (exact), elu (elu(x)+1 linear attention) or\n"
            "                     favor (random features)                default favor\n"
            "  --kernel K         favor's feature map: positive (FAVOR+), hyperbolic,\n"
-           "                     trig, relu or poly2 (exact 1 + t + t^2/2, t = s q.k;\n"
-           "                     no W: d <= 4096, and --features, --seed and\n"
-           "                     --projection do not apply)             default positive\n"
+           "                     trig, relu, poly2 (exact 1 + t + t^2/2, t = s q.k;\n"
+           "                     d <= 4096) or identity (sqrt(s) x, width d; only\n"
+           "                     with --no-normalizer); poly2 and identity have no\n"
+           "                     W: --features, --seed and --projection do not\n"
+           "                     apply                                  default positive\n"
            "  --features M       favor's number of random features     default 256\n"
            "  --seed S           seed of favor's random projection W    default 0\n"
            "  --projection W.npy use this W ([m, d], float16, float32 or float64;\n"
@@ -734,8 +762,9 @@ static void usage(void)
            "                     widened exactly as float32 (NumPy has no bfloat16)\n"
            "                                                            default f4\n"
            "  --help             this text\n"
-           "\n"
-           "Softmax's score variants (each off unless given; favor.h's favor_options;\n"
+           "\n");
+    /* in parts: C99 promises string literals of 4095 characters */
+    printf("Softmax's score variants (each off unless given; favor.h's favor_options;\n"
            "a row's scores x = s q.k -> softcap -> minus ALiBi -> plus mask, keys\n"
            "outside the causal rule, the window or the row's sequence hidden):\n"
            "  --window L,R       query i (position p = i + n_k - n) sees key j only\n"
@@ -755,6 +784,19 @@ static void usage(void)
            "                     packed alike); each sequence sees only its own\n"
            "                     keys, with its own positions (linear attention:\n"
            "                     its own state, from empty)\n"
+           "\n"
+           "Linear attention's options (elu and favor; each off unless given;\n"
+           "favor.h's GATES: with --causal the state decays by a_t = gamma_h exp(g_t)\n"
+           "before key t joins it, S_t = a_t S_{t-1} + phi(k_t) v_t^T):\n"
+           "  --no-normalizer    o_i = phi(q_i)^T S, without the denominator (causal\n"
+           "                     or not)\n"
+           "  --decay G.npy      with --causal: [heads] gammas gamma_h in (0, 1], one\n"
+           "                     per head of K (of one batch element); float,\n"
+           "                     float32 in favor.h\n"
+           "  --gates L.npy      with --causal: the log-gates g_t <= 0 of the key\n"
+           "                     positions, shaped as K without its last dimension\n"
+           "                     ([n_k], [heads, n_k] or [batch, heads, n_k]);\n"
+           "                     float, float32 in favor.h\n"
            "\n"
            "Prints one line with the method, the sizes and the time of the attention\n"
            "call. Errors print one line to stderr and exit 1 (2: bad command line);\n"
@@ -858,12 +900,17 @@ static void parse_args(int argc, char **argv, config *c)
             c->causal = 1;
             continue;
         }
+        if (!strcmp(opt, "--no-normalizer")) {
+            if (val) usage_error("--no-normalizer takes no value");
+            c->no_norm = 1;
+            continue;
+        }
         if (strcmp(opt, "--method") && strcmp(opt, "--kernel") && strcmp(opt, "--features") &&
             strcmp(opt, "--seed") && strcmp(opt, "--projection") && strcmp(opt, "--scale") &&
             strcmp(opt, "--threads") && strcmp(opt, "--repeat") && strcmp(opt, "--out-dtype") &&
             strcmp(opt, "--storage") && strcmp(opt, "--window") && strcmp(opt, "--softcap") &&
             strcmp(opt, "--alibi") && strcmp(opt, "--sinks") && strcmp(opt, "--mask") &&
-            strcmp(opt, "--seqlens"))
+            strcmp(opt, "--seqlens") && strcmp(opt, "--decay") && strcmp(opt, "--gates"))
             usage_error("unknown option '%s' (see --help)", opt);
         if (!val) {
             if (i + 1 == argc) usage_error("%s needs a value", opt);
@@ -906,6 +953,10 @@ static void parse_args(int argc, char **argv, config *c)
             c->mask = val;
         } else if (!strcmp(opt, "--seqlens")) {
             c->seqlens = val;
+        } else if (!strcmp(opt, "--decay")) {
+            c->decay = val;
+        } else if (!strcmp(opt, "--gates")) {
+            c->gates = val;
         } else if (!strcmp(opt, "--storage")) {
             if (!strcmp(val, "f32") || !strcmp(val, "f4") || !strcmp(val, "float32"))
                 c->storage = FAVOR_F32;
@@ -937,10 +988,11 @@ static void parse_args(int argc, char **argv, config *c)
     if (c->method != M_FAVOR && (c->given_kernel || c->given_features || c->given_seed ||
                                  c->projection))
         usage_error("--kernel, --features, --seed and --projection are for --method favor");
-    if (c->method == M_FAVOR && kernel_ids[c->kernel] == FAVOR_POLY2 &&
+    if (c->method == M_FAVOR && kernel_fixed(c->kernel) &&
         (c->given_features || c->given_seed || c->projection))
-        usage_error("--features, --seed and --projection have no effect with --kernel poly2 "
-                    "(no W)");
+        usage_error("--features, --seed and --projection have no effect with --kernel %s "
+                    "(no W)",
+                    kernel_names[c->kernel]);
     if (c->projection && c->given_seed)
         usage_error("--seed has no effect with --projection");
     if (c->method == M_ELU && c->scale > 0.0)
@@ -951,6 +1003,17 @@ static void parse_args(int argc, char **argv, config *c)
         (c->window || c->given_softcap || c->alibi || c->sinks || c->mask))
         usage_error("--window, --softcap, --alibi, --sinks and --mask are for --method softmax "
                     "(linear attention has no scores to change)");
+    if (c->method == M_SOFTMAX && (c->no_norm || c->decay || c->gates))
+        usage_error("--no-normalizer, --decay and --gates are for linear attention "
+                    "(--method elu or favor)");
+    if (c->method == M_FAVOR && kernel_ids[c->kernel] == FAVOR_IDENTITY && !c->no_norm)
+        usage_error("--kernel identity needs --no-normalizer (its denominators can be zero or "
+                    "negative)");
+    if ((c->decay || c->gates) && !c->causal)
+        usage_error("%s --causal (gated linear attention decays a causal state)",
+                    c->decay && c->gates ? "--decay and --gates need"
+                    : c->decay           ? "--decay needs"
+                                         : "--gates needs");
 }
 
 /* ------------------------------------------------------------------------
@@ -1011,14 +1074,14 @@ static void shape_error(const npy_array *a, const char *what, const char *expect
 }
 
 /* --alibi or --sinks: one float per query head of a batch element (favor's
- * heads_q), as float32 */
-static float *read_per_head(const char *path, const char *what, size_t heads)
+ * heads_q); --decay: per key/value head (whose: "Q" or "K"); as float32 */
+static float *read_per_head(const char *path, const char *what, size_t heads, const char *whose)
 {
     npy_array a;
     read_npy(path, &a, FAVOR_F32);
     if (a.rank != 1 || a.shape[0] != heads) {
         char e[64];
-        snprintf(e, sizeof e, "[%zu], one per head of Q", heads);
+        snprintf(e, sizeof e, "[%zu], one per head of %s", heads, whose);
         shape_error(&a, what, e);
     }
     return a.data;
@@ -1039,6 +1102,30 @@ static favor_tensor read_mask(const char *path, size_t heads, size_t n, size_t n
         shape_error(&a, "--mask", e);
     }
     return favor_tensor_packed_as(a.dtype, a.data, r == 3 ? a.shape[0] : 1, n, nk);
+}
+
+/* --gates: one log-gate per key position, shaped as K without its last
+ * dimension, as float32: the view [batch][heads_kv][n_k][1] */
+static favor_tensor read_gates(const char *path, const npy_array *k, size_t batch)
+{
+    static const char *const names[] = {"batch", "heads", "n_k"};
+    npy_array a;
+    int i, r = k->rank - 1, ok;
+    read_npy(path, &a, FAVOR_F32);
+    ok = a.rank == r;
+    for (i = 0; ok && i < r; ++i) ok = a.shape[i] == k->shape[i];
+    if (!ok) {
+        char e[256];
+        size_t n = 0;
+        for (i = 0; i < r; ++i) /* [heads, n_k] = [2, 130] */
+            n += (size_t)snprintf(e + n, sizeof e - n, "%s%s", i ? ", " : "[", names[3 - r + i]);
+        for (i = 0; i < r; ++i)
+            n += (size_t)snprintf(e + n, sizeof e - n, "%s%zu", i ? ", " : "] = [", k->shape[i]);
+        snprintf(e + n, sizeof e - n, "], K's shape without its last dimension");
+        shape_error(&a, "--gates", e);
+    }
+    return favor_tensor_batched(FAVOR_F32, a.data, batch, heads_of(k) / batch, k->shape[r - 1],
+                                1);
 }
 
 /* --seqlens: the lengths of the packed sequences, as cu_seqlens-style offsets
@@ -1079,6 +1166,9 @@ static void print_variants(const config *c, size_t seqs)
     if (c->alibi) printf(" alibi");
     if (c->sinks) printf(" sinks");
     if (c->mask) printf(" mask");
+    if (c->no_norm) printf(" no-normalizer");
+    if (c->decay) printf(" decay");
+    if (c->gates) printf(" gates");
     if (c->seqlens) printf(" seqs=%zu", seqs);
 }
 
@@ -1102,11 +1192,11 @@ int main(int argc, char **argv)
     npy_array q, k, v, w;
     favor_features f;
     favor_options opt = favor_default_options();
-    favor_tensor tq, tk, tv, to, tm;
+    favor_tensor tq, tk, tv, to, tm, tg;
     favor_status st = FAVOR_OK;
     char why[200]; /* the library's reason when a call is refused */
     size_t batch;
-    float *storage = NULL, *alibi = NULL, *sinks = NULL;
+    float *storage = NULL, *alibi = NULL, *sinks = NULL, *decay = NULL;
     size_t *offsets = NULL, seqs = 0;
     void *out;
     void *workspace = NULL;
@@ -1146,18 +1236,22 @@ int main(int argc, char **argv)
     d = q.shape[r - 1];
     nk = k.shape[r - 2];
     dv = v.shape[r - 1];
-    /* the variants' files, checked against Q's heads (of one batch element) */
-    if (c.alibi) alibi = read_per_head(c.alibi, "--alibi", hq / batch);
-    if (c.sinks) sinks = read_per_head(c.sinks, "--sinks", hq / batch);
+    /* the variants' files, checked against Q's heads (of one batch element); the
+     * gates' against K's */
+    if (c.alibi) alibi = read_per_head(c.alibi, "--alibi", hq / batch, "Q");
+    if (c.sinks) sinks = read_per_head(c.sinks, "--sinks", hq / batch, "Q");
+    if (c.decay) decay = read_per_head(c.decay, "--decay", hkv / batch, "K");
+    if (c.gates) tg = read_gates(c.gates, &k, batch);
     if (c.mask) tm = read_mask(c.mask, hq / batch, n, nk);
     if (c.seqlens) offsets = read_seqlens(c.seqlens, n, nk, &seqs);
 
     if (c.method == M_ELU) {
         st = favor_features_init(&f, FAVOR_ELU1, d, 0, 0, 0, NULL);
-    } else if (c.method == M_FAVOR && kernel_ids[c.kernel] == FAVOR_POLY2) {
-        /* exact, no W: count d and no storage, as ELU1; its width grows as d^2 / 2 */
-        st = favor_features_init(&f, FAVOR_POLY2, d, 0, 0, 0, NULL);
-        if (st == FAVOR_E_OVERFLOW)
+    } else if (c.method == M_FAVOR && kernel_fixed(c.kernel)) {
+        /* exact, no W: count d and no storage, as ELU1; poly2's width grows as
+         * d^2 / 2, identity's is d */
+        st = favor_features_init(&f, kernel_ids[c.kernel], d, 0, 0, 0, NULL);
+        if (st == FAVOR_E_OVERFLOW && kernel_ids[c.kernel] == FAVOR_POLY2)
             data_error("--kernel poly2 takes d <= 4096; Q has d = %zu", d);
     } else if (c.method == M_FAVOR) {
         favor_kernel kern = kernel_ids[c.kernel];
@@ -1210,7 +1304,8 @@ int main(int argc, char **argv)
     opt.error = why;
     opt.error_size = sizeof why;
     why[0] = '\0';
-    opt.flags = (c.causal ? FAVOR_CAUSAL : 0u) | (c.window ? FAVOR_WINDOW : 0u);
+    opt.flags = (c.causal ? FAVOR_CAUSAL : 0u) | (c.window ? FAVOR_WINDOW : 0u) |
+                (c.no_norm ? FAVOR_NO_NORM : 0u);
     opt.scale = (float)c.scale;
     opt.threads = c.threads;
     opt.window_left = (ptrdiff_t)c.window_left;
@@ -1222,6 +1317,8 @@ int main(int argc, char **argv)
     opt.seqs = seqs;
     opt.seq_q = offsets;
     opt.seq_k = offsets;
+    opt.decay = decay;
+    opt.gates = c.gates ? &tg : NULL;
     /* the workspace once, so the timed calls do not allocate */
     ws = c.method == M_SOFTMAX ? favor_softmax_attention_workspace(&tq, &tk, &tv, &opt)
                                : favor_linear_attention_workspace(&f, &tq, &tk, &tv, &opt);
@@ -1247,8 +1344,8 @@ int main(int argc, char **argv)
     qsort(times, c.repeat, sizeof *times, cmp_double);
     median = c.repeat % 2 ? times[c.repeat / 2]
                           : 0.5 * (times[c.repeat / 2 - 1] + times[c.repeat / 2]);
-    if (c.method == M_FAVOR && kernel_ids[c.kernel] == FAVOR_POLY2)
-        printf(PROG ": favor/poly2 width=%zu", favor_features_width(&f));
+    if (c.method == M_FAVOR && kernel_fixed(c.kernel))
+        printf(PROG ": favor/%s width=%zu", kernel_names[c.kernel], favor_features_width(&f));
     else if (c.method == M_FAVOR)
         printf(PROG ": favor/%s m=%zu", kernel_names[c.kernel], c.features);
     else
@@ -1263,7 +1360,9 @@ int main(int argc, char **argv)
     free(storage);
     free(alibi);
     free(sinks);
+    free(decay);
     free(offsets);
+    if (c.gates) free(tg.data);
     if (c.mask) free(tm.data);
     free(q.data);
     free(k.data);

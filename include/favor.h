@@ -156,8 +156,17 @@
  * term D x is the caller's), and linear attention of any map with per-head or
  * per-token scalar decay. Not computed: gates that differ per feature (GLA,
  * RWKV-6, Mamba-1's per-channel decay) and the delta rule (DeltaNet, Gated
- * DeltaNet). The backward passes do not take decay, gates or FAVOR_NO_NORM yet
- * (FAVOR_E_ARG).
+ * DeltaNet). favor_linear_attention_backward takes all of them, and with
+ * opts.dgates (an fp32 view shaped as opts.gates, an output) writes dL/dg_t =
+ * sum over pairs (row i, key j) with j < t <= p_i of dL/dc_ij c_ij, c_ij =
+ * phi(q_i).phi(k_j) prod_{j<t<=p_i} a_t the pair's term; dg of each sequence's
+ * first key is 0. gamma has no gradient. dg_t is formed as the suffix sum over
+ * positions p >= t of X_p - Y_p (X_p = phi(q_p).dL/dphi(q_p), Y_p =
+ * phi(k_p).dL/dphi(k_p)): its error is relative to sum_{p >= t} (|X_p| +
+ * |Y_p|), not to the pairs across t, so behind a strongly negative gate a tiny
+ * dg_t carries an absolute error of about 1e-7 of those sums. dq, dk and dv
+ * keep the ungated bounds, and one key/value head splits over threads as the
+ * forward's does, bit-identically.
  *
  * FEATURE MAPS (x' = sqrt(s) x, s the scale, by default 1/sqrt(d); W is m x d):
  *     FAVOR_ELU1        elu(x)+1 (x itself, unscaled)             width d
@@ -199,14 +208,20 @@
  *     elu+1 linear attention       max |error| <= 2e-5 * max|V|
  *     FAVOR+ and the other random
  *     feature maps, same W         max |error| <= 1e-4 * max|O_ref|
+ *     gated (GATES), normalized: the bounds above; FAVOR_NO_NORM: elu+1, POLY2,
+ *     IDENTITY max |error_i| <= 2e-5 * max|V| * M_i, M_i = sum_{j <= p_i}
+ *     A_ij |phi(q_i)|.|phi(k_j)| (row i's sum of absolute weights), the
+ *     random maps <= 1e-4 * max|O_ref|; 10^6 gated recurrent tokens stay
+ *     within the same bounds (tests/test_gated.c, tests/long_recurrence.c).
  *     causal: block, extend and step forms agree within 1e-5 relative.
  *     long sequences: the running sums S, z are compensated (Kahan), so they do
  *     not drift with length: after 10^7 recurrent tokens the outputs are within
  *     3e-7 * max|V| (elu+1) and 8e-7 * max|O_ref| (FAVOR+) of a float64
  *     recurrence (plain fp32 sums drifted to 1e-2; tests/long_recurrence.c).
- *     backward passes (dq, dk, dv), every method, causal or not: max |error| <=
- *     1e-4 * max|gradient| against a float64 analytic backward, <= 1e-3 against
- *     central finite differences of the float64 forward.
+ *     backward passes (dq, dk, dv), every method, causal or not, gated too:
+ *     max |error| <= 1e-4 * max|gradient| against a float64 analytic backward,
+ *     <= 1e-3 against central finite differences of the float64 forward; dL/dg
+ *     <= 1e-4 * max|dg| (per position: see GATES).
  *     backends: AVX2, AVX-512 and NEON agree with the scalar build within 5e-7 * max|V|
  *     (softmax, elu+1) and 5e-6 * max|O| (random features); W is bit-identical.
  *     exp (all backends, one algorithm): <= 1 ULP from libm expf over its normal
@@ -355,8 +370,10 @@
  *          from scalar's.
  *          Gated linear attention (GATES): favor_options gains, after seq_k,
  *          decay, gates and dgates; the flag FAVOR_NO_NORM (4); the kernel
- *          FAVOR_IDENTITY (after FAVOR_POLY2); favor_linear_step_ex. A pending
+ *          FAVOR_IDENTITY (after FAVOR_POLY2); favor_linear_step_ex; the
+ *          linear backward takes them and writes dL/dg to dgates. A pending
  *          token keeps its log-gate: favor_state_floats grows by heads*16.
+ *          A subnormal softcap is FAVOR_E_ARG (1/c is infinite).
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -533,9 +550,9 @@ typedef struct {
                                [1] (rows: key positions, one column): the state
                                decays by exp(g_t) before key t; batch 0 or 1
                                when the call has no batch                     */
-    const favor_tensor *dgates; /* reserved for dL/dg of the linear backward,
-                               which refuses gates in this version; the
-                               forward ignores it                             */
+    const favor_tensor *dgates; /* linear backward, with gates: dL/dg, an fp32
+                               view shaped as gates (written; the forward
+                               ignores it)                                    */
 } favor_options;
 
 /* No flags, scale 0 (the default), threads 0 (OpenMP's default), no workspace
@@ -579,16 +596,16 @@ typedef struct {
 } favor_features;
 
 /* Floats of storage favor_features_init() needs: 2*count*dim + 2*dim for the
- * random maps (W, its transpose, a sampling scratch row), 0 for FAVOR_ELU1 and
- * FAVOR_POLY2.
+ * random maps (W, its transpose, a sampling scratch row), 0 for FAVOR_ELU1,
+ * FAVOR_POLY2 and FAVOR_IDENTITY.
  * Returns 0 as well for arguments init would reject. */
 FAVOR_API size_t favor_features_floats(favor_kernel kernel, size_t dim, size_t count);
 
 /* Draw W for `kernel` with `count` = m rows of dimension `dim` = d (any m >= 1;
- * ELU1 and POLY2 take count 0 or d and no storage; POLY2 d <= 4096). Cost
+ * ELU1, POLY2 and IDENTITY take count 0 or d and no storage; POLY2 d <= 4096). Cost
  * O(m d^2) in double. storage must hold favor_features_floats() floats and
  * outlive f. Errors: FAVOR_E_NULL (f, or storage when needed), FAVOR_E_SHAPE
- * (dim or count 0, or count != d for ELU1 and POLY2), FAVOR_E_OVERFLOW (sizes,
+ * (dim or count 0, or count != d for ELU1, POLY2, IDENTITY), FAVOR_E_OVERFLOW (sizes,
  * POLY2's d), FAVOR_E_ARG (unknown kernel or flag). */
 FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kernel,
                                            size_t dim, size_t count, unsigned flags,
@@ -596,12 +613,12 @@ FAVOR_API favor_status favor_features_init(favor_features *f, favor_kernel kerne
 
 /* Redraw W in place from a new seed (same kernel, sizes, flags, storage).
  * O(m d^2) time in double, no memory beyond the storage. Errors: FAVOR_E_NULL,
- * FAVOR_E_SHAPE or FAVOR_E_ARG for an f that init did not fill; for ELU1 and
- * POLY2 (no W) only the seed changes. */
+ * FAVOR_E_SHAPE or FAVOR_E_ARG for an f that init did not fill; for ELU1,
+ * POLY2 and IDENTITY (no W) only the seed changes. */
 FAVOR_API favor_status favor_features_redraw(favor_features *f, unsigned long long seed);
 
-/* Width of phi(x): d (ELU1), m (POSITIVE, RELU), 2m (HYPERBOLIC, TRIG) or
- * 1 + d + d (d + 1) / 2 (POLY2); 0 for a NULL or invalid f. O(1). */
+/* Width of phi(x): d (ELU1, IDENTITY), m (POSITIVE, RELU), 2m (HYPERBOLIC,
+ * TRIG) or 1 + d + d (d + 1) / 2 (POLY2); 0 for a NULL or invalid f. O(1). */
 FAVOR_API size_t favor_features_width(const favor_features *f);
 
 /* phi = phi(x) for every row of x ([heads][rows][d] -> [heads][rows][width]),
@@ -706,8 +723,13 @@ FAVOR_API size_t favor_linear_attention_workspace(const favor_features *f,
  * Between the passes each query row keeps 3 floats (its denominator, stabilizer
  * and dout.out) in the rows of dk and dv it will later overwrite; only when
  * 3 * (query heads per key/value head) > d + d_v do they go in the workspace,
- * which then grows with n. Errors as favor_linear_attention, plus those of
- * favor_softmax_attention_backward for the gradients. */
+ * which then grows with n. Gated (opts.decay, opts.gates, FAVOR_NO_NORM,
+ * FAVOR_IDENTITY; see GATES) with the same bounds; with opts.gates and
+ * opts.dgates it also writes dL/dg into dgates. Errors as
+ * favor_linear_attention, plus those of favor_softmax_attention_backward for
+ * the gradients, and for dgates: given without gates or not fp32 (FAVOR_E_ARG),
+ * shaped unlike the gates (FAVOR_E_SHAPE), overlapping anything of the call
+ * (FAVOR_E_ALIAS). */
 FAVOR_API favor_status favor_linear_attention_backward(
     const favor_features *f, const favor_tensor *q, const favor_tensor *k,
     const favor_tensor *v, const favor_tensor *dout, const favor_tensor *dq,
@@ -3231,7 +3253,7 @@ FAVOR_API const char *favor_status_string(favor_status s)
     case FAVOR_E_ALIAS: return "FAVOR_E_ALIAS: an output overlaps an input or another output";
     case FAVOR_E_WORKSPACE: return "FAVOR_E_WORKSPACE: workspace too small or missing";
     case FAVOR_E_NOMEM: return "FAVOR_E_NOMEM: allocation failed";
-    case FAVOR_E_ARG: return "FAVOR_E_ARG: unknown kernel, flag or role, or a bad scale or thread count";
+    case FAVOR_E_ARG: return "FAVOR_E_ARG: unknown kernel, flag or role, or a bad option or value";
     }
     return "favor: unknown status";
 }
@@ -4997,9 +5019,10 @@ static favor_status favor__check_gates(const favor_options *o, const favor_featu
             for (r = 0; r < g->rows; ++r) {
                 float x = *(const float *)favor__at(g, h, r);
                 if (!(x <= 0.0f && x >= -FLT_MAX))
-                    return favor__no(w, FAVOR_E_ARG, "opts.gates: head %z row %z is positive, "
-                                                     "NaN or -inf (log-gates are finite, <= 0)",
-                                     h, r);
+                    return favor__no(w, FAVOR_E_ARG, "opts.gates: head %z (of batch element "
+                                                     "%z) row %z is positive, NaN or -inf "
+                                                     "(log-gates are finite, <= 0)",
+                                     h % g->heads, h / g->heads, r);
             }
         if ((st = favor__input_range(sh, rg, "opts.gates", w)) != FAVOR_OK) return st;
     }
@@ -6634,7 +6657,31 @@ FAVOR_API favor_status favor_softmax_attention_backward(
  * term den_i b_ij = (v_j . dout_i - dout_i . o_i) exp(m_j - m_i), j <= i. A row
  * keeps (den_i, m_i, dout_i . o_i) for the reverse pass, which walks the chunks
  * backwards with R = sum_{i >= chunk} phi(q_i) dnum'_i^T (weighted as above), a
- * key at its own log-scale r_j. Keys all rows see (n_k > n) take the final R. */
+ * key at its own log-scale r_j. Keys all rows see (n_k > n) take the final R.
+ * Without the normalizer (FAVOR_NO_NORM) dnum_i = dout_i and dden_i = 0: a row
+ * is given den_i = 1 / (its forward scale exp(r_q,i + m_i)), so l_i = -r_q,i and
+ * everything above holds as written (favor__bwd_den).
+ * Gated (GATES): pair (i, j) carries A_ij = exp(G_i - G_j) (4.10; G absolute
+ * cumulative log-gates). The forward pass recomputes the forward's gated
+ * chunks (exp(D_j - D_i) in b_ij, e_i = exp(c - D_i)). In the reverse pass R is
+ * kept as key (chunk start - 1) sees it, R = sum_{i >= start} exp(G_i -
+ * G_{start-1}) phi(q_i) dnum'_i^T, at scale lam; within a chunk, with local
+ * cumulative gates G_i and L_i = l_i - G_i (double), key j's offset is the
+ * decaying running minimum P_j = min(min_{i >= j} L_i, lam - G_last) (over the
+ * group's heads too), the weight of row i for key j is exp(P_j - L_i) <= 1 (a
+ * factor per pair, as the forward's exp(D_j - D_i); the rows' dnum, dden at unit
+ * weight), the later rows' sums come in times exp(P_j - (lam - G_last)) <= 1,
+ * key j is at scale mu_j = P_j + G_j (keys_finish: exp(r_j - mu_j)), and the
+ * sums leave at the chunk's least offset P_0. Keys all rows see decay by the
+ * gates after them: mu_j = lam + sum_{j < t < pre} (-l_t). Then, with c_ij the
+ * term of pair (i, j) and X_p = sum_{j <= p} dL/dc_pj c_pj = phi(q_p).dphi(q_p)
+ * (over the group's heads), Y_p = sum_{i >= p} dL/dc_ip c_ip = phi(k_p).dphi(k_p),
+ *     dL/dg_t = sum_{j < t <= i} dL/dc_ij c_ij = sum_{p >= t} (X_p - Y_p),
+ * formed as X_p - Y_p per key row of dgates (dphi at the scales above, the
+ * dot product taken before the key's factor), then suffix-summed in double;
+ * dg_0 = 0 (nothing before key 0 decays). Split inside a head (below), a
+ * segment's own sums are as key (its first causal key - 1) sees them, and the
+ * suffix scan decays each later partial by the segment's summed gates. */
 typedef struct {
     float *S, *z;          /* forward state, width x dv, width             */
     float *R, *rz;         /* reverse sums, same shapes                    */
@@ -6650,6 +6697,8 @@ typedef struct {
     float *dg;             /* gated, with opts.dgates: dL/dg of the head's
                               key rows (stride lddg), else NULL             */
     size_t lddg;
+    double gseg;           /* gated split: the gates summed from the segment's
+                              first causal key to the current chunk          */
     double lg[FAVOR__CHUNK], gg[FAVOR__CHUNK], dd[FAVOR__CHUNK], pp[FAVOR__CHUNK];
     favor__chunk cb;
 } favor__bwd;
@@ -6876,7 +6925,7 @@ static void favor__bwd_keys_finish(const favor__map *mp, favor__bwd *b, const fl
         } else if (mu || lam[1] < INFINITY) { /* gated: mu = +inf, a = -inf, e = 0 */
             e = favor__s_exp(a);
         }
-        if (dgk) { /* dL/dg: - phi(k_j) . dphi(k_j) (4.12), the dot product first */
+        if (dgk) { /* dL/dg: - Y_j (above), the dot product first */
             float y = favor__dot(b->cb.kf + j * w, b->dphi + j * w, w);
             for (k = 0; k < (size_t)steps; ++k) y *= e;
             dgk[j * b->lddg] -= y;
@@ -6985,6 +7034,53 @@ static void favor__linear_bwd_full(const favor__map *mp, const favor__bwd_args *
     favor__bwd_full_keys(mp, x, sh, hk, c, lam, 0, sh->nk, b);
 }
 
+/* lam as a double (+inf: no sums yet), and back into its pair of floats */
+static double favor__lam_get(const float *lam)
+{
+    return lam[1] < INFINITY ? (double)lam[0] + lam[1] : INFINITY;
+}
+
+static void favor__lam_set(float *lam, double x)
+{
+    if (!(x < INFINITY)) return;
+    lam[0] = (float)x;
+    lam[1] = (float)(x - (double)lam[0]);
+}
+
+/* The gated split's own sums of a chunk's rows (one query head; stash in
+ * b->rows, dout rows G), as the reverse pass will need them: R, rz as key
+ * (segment start - 1) sees them, at scale lam, L_i = l_i - G_i with G_i the
+ * gates summed from the segment's first causal key (b->gseg before the
+ * chunk, b->lg within it); every weight exp(lam - L_i) <= 1. */
+static void favor__bwd_own_gated(const favor__map *mp, favor__bwd *b, const float *G,
+                                 size_t ldg, size_t nr, size_t dv, float *lam)
+{
+    size_t i;
+    double acc = b->gseg, lamd = favor__lam_get(lam), lo = INFINITY;
+    for (i = 0; i < nr; ++i) {
+        const float *ri = b->rows + 3 * i;
+        acc += b->lg[i];
+        b->pp[i] = ri[0] != 0.0f ? ((double)ri[1] + favor__bwd_logden(ri[0])) - acc : INFINITY;
+        if (b->pp[i] < lo) lo = b->pp[i];
+    }
+    if (lo < lamd) { /* the sums come down to the new least offset */
+        if (lamd < INFINITY) {
+            float e = favor__s_exp((float)(lo - lamd));
+            favor__scal(b->R, e, mp->width * dv);
+            favor__scal(b->rz, e, mp->width);
+        }
+        lamd = lo;
+    }
+    favor__bwd_weigh(b, b->rows, G, ldg, nr, dv, lam, 1);
+    for (i = 0; i < nr; ++i) {
+        float e = b->pp[i] < INFINITY ? favor__s_exp((float)(lamd - b->pp[i])) : 0.0f;
+        favor__scal(b->dnum + i * dv, e, dv);
+        b->dden[i] *= e;
+    }
+    favor__bwd_accumulate(mp, b, nr, dv);
+    favor__lam_set(lam, lamd);
+}
+
 /* Causal forward pass over one chunk of nr rows (keys kr.., rows r0.. of each
  * query head): dq, and every row's stash; lam not NULL: the rows' sums R, rz
  * (at scale lam) too, as the reverse pass forms them (the split's partials). */
@@ -7040,12 +7136,14 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
             }
         }
         favor__gemm_tri(nr, w, 0, b->b, C, 1, b->cb.kf, w, b->dphi, w); /* += b kf */
-        for (i = 0; b->dg && i < nr; ++i) /* dL/dg: + phi(q_i) . dphi(q_i) (4.12) */
+        for (i = 0; b->dg && i < nr; ++i) /* dL/dg: + X_i (above) */
             if (b->den[i] != 0.0f)
                 b->dg[(kr + i) * b->lddg] +=
                     favor__dot(b->cb.qf + i * w, b->dphi + i * w, w) / b->den[i];
         favor__bwd_query_grad(mp, b, Q, ldq, DQ, x->dq->row_stride, nr);
-        if (lam) { /* qf: the rows' features at their own scale, as the reverse pass's */
+        if (lam && favor__gated(mp)) {
+            favor__bwd_own_gated(mp, b, G, ldg, nr, dv, lam);
+        } else if (lam) { /* qf: the rows' features at their own scale, as the reverse pass's */
             float lo[2] = { 0.0f, INFINITY };
             favor__bwd_min(b->rows, nr, lo);
             favor__bwd_lower(mp, b, lo, lam, dv);
@@ -7054,6 +7152,7 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
         }
     }
     favor__chunk_absorb(mp, b->S, b->z, c, mrun, rising, V, ldv, nr, dv, &b->cb);
+    for (i = 0; lam && b->cb.lg && i < nr; ++i) b->gseg += b->lg[i];
     b->cb.lg = NULL;
     b->cb.dd = NULL;
 }
@@ -7064,7 +7163,7 @@ static double favor__bwd_gated_L(const favor__bwd *b, const float *ri, size_t i)
     return ri[0] != 0.0f ? ((double)ri[1] + favor__bwd_logden(ri[0])) - b->gg[i] : INFINITY;
 }
 
-/* The gated reverse pass (4.12) of a chunk of nr keys from kr: the chunk's
+/* The gated reverse pass (above) of a chunk of nr keys from kr: the chunk's
  * cumulative log-gates G_i into b->gg and the keys' offsets P_j into b->pp, from
  * the rows' stash in b->rows (grp heads, C apart) and the sums' scale lam; returns
  * the cross offset lam - G_last (+inf: no sums yet). */
@@ -7251,6 +7350,7 @@ static void favor__bwd_causal_fwd(const favor__map *mp, const favor__bwd_args *x
 {
     size_t pre, skip, t0, step = favor__causal_step(mp, FAVOR__CHUNK);
     favor__causal_edges(sh, &pre, &skip);
+    b->gseg = 0.0;
     for (t0 = 0; t0 < L; t0 += step)
         favor__bwd_causal_rows(mp, x, sh, hk, b, sto, c, ks + t0, skip + (ks - pre) + t0,
                                L - t0 < step ? L - t0 : step, lam);
@@ -7356,6 +7456,38 @@ static void favor__lbv_make(favor__lbv *l, const favor_tensor *q, const favor_te
     l->x.dv = &l->DV;
 }
 
+/* The map of one key/value head hk of a gated call: its row of the gates (g1)
+ * and its decay, as head 0 (the backward's kernels run on head 0 of views) */
+static void favor__head_map(favor__map *mh, favor_tensor *g1, const favor__map *mp, size_t hk)
+{
+    *mh = *mp;
+    if (mp->gates) {
+        *g1 = *mp->gates;
+        g1->data = favor__at(mp->gates, hk, 0);
+        g1->heads = 1;
+        g1->batch = 0;
+        mh->gates = g1;
+    }
+    if (mp->decay) {
+        mh->decay = mp->decay + hk % mp->dheads;
+        mh->dheads = 1;
+    }
+}
+
+/* dL/dg of a head's nk key rows (stride ld) from the sums X_p - Y_p of each
+ * position (4.12, linear attention): their suffix sums, in double; key 0's gate
+ * has no effect (nothing before it decays), its gradient is 0 */
+static void favor__dg_finish(float *dg, size_t ld, size_t nk)
+{
+    double acc = 0.0;
+    size_t t;
+    for (t = nk; t-- > 1;) {
+        acc += dg[t * ld];
+        dg[t * ld] = (float)acc;
+    }
+    dg[0] = 0.0f;
+}
+
 /* The non-causal linear backward split inside key/value heads (fewer than
  * FAVOR__SPLIT of them; from the shape alone, as the forward, "Splitting one
  * key/value head"): the state from segment sums and their scan (the forward's
@@ -7364,7 +7496,8 @@ static void favor__lbv_make(favor__lbv *l, const favor_tensor *q, const favor_te
  * their own sums R, rz at their own scale lam into a partial slot; per head the
  * partials are brought to the least lam and added in order; then items of
  * FAVOR__ROWBLK keys write dk and dv from them. Partial slots: width (d_v + 1)
- * floats and lam. */
+ * floats, lam and (gated, causal) the segment's summed gates (two floats each,
+ * a double's hi and lo). */
 typedef struct {
     favor__split sp;
     size_t rparts, rrows, pslot; /* row parts of a query head, their rows, floats of a partial */
@@ -7383,7 +7516,7 @@ static int favor__bsplit_plan(const favor_features *f, const favor_tensor *q,
     bs->rrows = n / want + (n % want != 0);
     bs->rrows = (bs->rrows + FAVOR__CHUNK - 1) / FAVOR__CHUNK * FAVOR__CHUNK;
     bs->rparts = n / bs->rrows + (n % bs->rrows != 0);
-    bs->pslot = (w * (v->cols + 1) + 2 + a - 1) / a * a;
+    bs->pslot = (w * (v->cols + 1) + 4 + a - 1) / a * a; /* R, rz, lam, the gates' sum */
     return 1;
 }
 
@@ -7408,6 +7541,29 @@ static void favor__bwd_sums_merge(float *dst, const float *src, size_t n)
     }
 }
 
+/* gated: partial dst (R, rz: n floats, then lam, then its segment's summed
+ * gates) += src, the later segment's, which dst's segment decays: src's lam
+ * rises by minus those gates; both brought to the lesser lam */
+static void favor__bwd_sums_merge_gated(float *dst, const float *src, size_t n)
+{
+    double ls = favor__lam_get(src + n), ld = favor__lam_get(dst + n), x;
+    if (ls == INFINITY) return; /* src is empty */
+    ls -= (double)dst[n + 2] + dst[n + 3];
+    if (ld == INFINITY) {
+        memcpy(dst, src, n * sizeof(float));
+        favor__lam_set(dst + n, ls);
+        return;
+    }
+    x = ls - ld;
+    if (x < 0.0) { /* dst brought down to src's lam */
+        favor__scal(dst, favor__s_exp((float)x), n);
+        favor__lam_set(dst + n, ls);
+        favor__vadd(dst, src, n);
+    } else {
+        favor__axpy(dst, favor__s_exp((float)-x), src, n);
+    }
+}
+
 /* The causal linear backward split inside key/value heads (fewer than
  * FAVOR__SPLIT of them and more than one segment of keys), after the state's
  * segment sums and scan: the chunk-parallel scan run both ways, as the loops of
@@ -7421,29 +7577,45 @@ static void favor__bwd_sums_merge(float *dst, const float *src, size_t n)
  *   c. each segment's keys, last chunk first as the one-head reverse pass, from
  *      a private copy of partial p + 1 (none for the last segment); keys every
  *      row sees (n_k > n) from partial 0.
- * Items touch disjoint rows of dq, dk, dv and of the stash (shared per head). */
-static void favor__bwd_split_causal(const favor__map *mp, const favor_tensor *q,
+ * Items touch disjoint rows of dq, dk, dv and of the stash (shared per head).
+ * Gated: per head its map (favor__head_map); a segment's own sums are as key
+ * (its first causal key - 1) sees them, with its summed gates in its partial,
+ * by which step b decays the later partial; keys every row sees take partial
+ * 0 decayed by the gates from their segment's end to the first causal key;
+ * with dgates, step a zeroes the segment's rows of dL/dg, a and c add X and
+ * -Y (4.12), and d takes the suffix sums of each head. */
+static void favor__bwd_split_causal(const favor__map *mp0, const favor_tensor *q,
                                     const favor_tensor *k, const favor_tensor *v,
                                     const favor_tensor *dout, const favor_tensor *dq,
                                     const favor_tensor *dk, const favor_tensor *dv,
-                                    const favor__shape *sh, const favor__bsplit *bs,
-                                    favor__bwd *b, float *stage, size_t stg, float *slots,
-                                    float *parts, float *stash)
+                                    const favor_tensor *dgv, const favor__shape *sh,
+                                    const favor__bsplit *bs, favor__bwd *b, float *stage,
+                                    size_t stg, float *slots, float *parts, float *stash)
 {
     const favor__split *sp = &bs->sp;
-    size_t w = mp->width, ncol = sh->dv, grp = sh->hq / sh->hkv, n = w * (ncol + 1);
+    size_t w = mp0->width, ncol = sh->dv, grp = sh->hq / sh->hkv, n = w * (ncol + 1);
     size_t P = sp->parts, per = P * sp->slot;
+    int gated = favor__gated(mp0);
     long it;
     favor__lbv l;
+    favor__map hm;
+    const favor__map *mp = &hm;
+    favor_tensor g1;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
     for (it = 0; it < (long)(sh->hkv * P); ++it) { /* a: rows, dq, own sums */
-        size_t g = (size_t)it / P, p = (size_t)it % P, j0, j1, ks;
+        size_t g = (size_t)it / P, p = (size_t)it % P, j0, j1, ks, t;
         float *pt = parts + (size_t)it * bs->pslot, c = -INFINITY;
         favor__bwd bb = *b;
         favor__stash sto;
+        favor__head_map(&hm, &g1, mp0, g);
         favor__seg_keys(sp, sh, p, &j0, &j1, &ks);
+        if (dgv) { /* this segment's rows of dL/dg, zeroed */
+            bb.dg = (float *)favor__at(dgv, g, 0);
+            bb.lddg = dgv->row_stride;
+            for (t = j0; t < j1; ++t) bb.dg[t * bb.lddg] = 0.0f;
+        }
         favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
         favor__stash_make(&sto, &l.x, sh, 0, stash ? stash + g * sh->n * 3 * grp : NULL);
         if (p) {
@@ -7460,6 +7632,8 @@ static void favor__bwd_split_causal(const favor__map *mp, const favor_tensor *q,
         pt[n + 1] = INFINITY;
         favor__bwd_causal_head(mp, &l.x, sh, 0, &bb, &c, j0, ks);
         favor__bwd_causal_fwd(mp, &l.x, sh, 0, &bb, &sto, &c, ks, j1 - ks, pt + n);
+        pt[n + 2] = (float)bb.gseg; /* the gates of keys [ks, j1) */
+        pt[n + 3] = (float)(bb.gseg - (double)pt[n + 2]);
     }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
@@ -7467,8 +7641,12 @@ static void favor__bwd_split_causal(const favor__map *mp, const favor_tensor *q,
     for (it = 0; it < (long)sh->hkv; ++it) { /* b: suffix sums */
         float *p0 = parts + (size_t)it * P * bs->pslot;
         size_t p;
-        for (p = P - 1; p > 0; --p)
-            favor__bwd_sums_merge(p0 + (p - 1) * bs->pslot, p0 + p * bs->pslot, n);
+        for (p = P - 1; p > 0; --p) {
+            if (gated)
+                favor__bwd_sums_merge_gated(p0 + (p - 1) * bs->pslot, p0 + p * bs->pslot, n);
+            else
+                favor__bwd_sums_merge(p0 + (p - 1) * bs->pslot, p0 + p * bs->pslot, n);
+        }
     }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
@@ -7478,7 +7656,10 @@ static void favor__bwd_split_causal(const favor__map *mp, const favor_tensor *q,
         const float *p0 = parts + g * P * bs->pslot;
         float lam[2] = { 0.0f, INFINITY };
         favor__stash sto;
+        favor__head_map(&hm, &g1, mp0, g);
         favor__seg_keys(sp, sh, p, &j0, &j1, &ks);
+        b->dg = dgv ? (float *)favor__at(dgv, g, 0) : NULL;
+        b->lddg = dgv ? dgv->row_stride : 0;
         favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
         favor__stash_make(&sto, &l.x, sh, 0, stash ? stash + g * sh->n * 3 * grp : NULL);
         if (p + 1 < P) {
@@ -7490,19 +7671,38 @@ static void favor__bwd_split_causal(const favor__map *mp, const favor_tensor *q,
         }
         favor__bwd_causal_back(mp, &l.x, sh, 0, b, &sto, lam, ks, j1 - ks);
         if (j0 < ks) { /* keys every row sees: the sums of every row */
+            size_t pre, skip, j, nr;
             memcpy(b->R, p0, n * sizeof(float));
             lam[0] = p0[n];
             lam[1] = p0[n + 1];
+            favor__causal_edges(sh, &pre, &skip);
+            if (gated && ks < pre && lam[1] < INFINITY) { /* seen from ks - 1, not pre - 1 */
+                double sum = 0.0;
+                for (j = ks; j < pre; j += nr) {
+                    size_t i;
+                    nr = pre - j < FAVOR__CHUNK ? pre - j : FAVOR__CHUNK;
+                    favor__log_gates(mp, 0, j, nr, b->lg);
+                    for (i = 0; i < nr; ++i) sum += b->lg[i];
+                }
+                favor__lam_set(lam, favor__lam_get(lam) - sum);
+            }
             favor__bwd_causal_pre(mp, &l.x, sh, 0, b, lam, j0, ks);
         }
     }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+    for (it = 0; it < (long)(dgv ? sh->hkv : 0); ++it) /* d: dL/dg's suffix sums */
+        favor__dg_finish((float *)favor__at(dgv, (size_t)it, 0), dgv->row_stride, sh->nk);
+    b->dg = NULL;
 }
 
 static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
                                     const favor_tensor *k, const favor_tensor *v,
                                     const favor_tensor *dout, const favor_tensor *dq,
                                     const favor_tensor *dk, const favor_tensor *dv,
-                                    const favor__shape *sh, const favor__bsplit *bs,
+                                    const favor_tensor *dgv, const favor__shape *sh,
+                                    const favor__bsplit *bs,
                                     int causal, float *ws, size_t slice, float *stage,
                                     size_t stg, float *slots, float *parts, float *stash,
                                     size_t nt)
@@ -7538,11 +7738,14 @@ static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
 #endif
         for (it = 0; it < (long)(sh->hkv * sp->parts); ++it) { /* the state: segment sums */
             size_t g = (size_t)it / sp->parts, p = (size_t)it % sp->parts;
+            favor__map hm;
+            favor_tensor g1;
             if (causal && p + 1 == sp->parts) continue; /* the last: not needed */
+            favor__head_map(&hm, &g1, mp, g);
             favor__lbv_make(&l, q, k, v, dout, dq, dk, dv, grp, g, 0, stage + g * stg);
             qg.k = &l.K;
             qg.v = &l.V;
-            favor__split_sums(mp, sp, sh, slots + g * per + p * sp->slot, p, 0, &qg, &b.cb);
+            favor__split_sums(&hm, sp, sh, slots + g * per + p * sp->slot, p, 0, &qg, &b.cb);
         }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
@@ -7550,8 +7753,8 @@ static void favor__linear_bwd_split(const favor__map *mp, const favor_tensor *q,
         for (it = 0; it < (long)sh->hkv; ++it)
             favor__split_scan(sp, n, slots + (size_t)it * per, mine, causal);
         if (causal) {
-            favor__bwd_split_causal(mp, q, k, v, dout, dq, dk, dv, sh, bs, &b, stage, stg, slots,
-                                    parts, stash);
+            favor__bwd_split_causal(mp, q, k, v, dout, dq, dk, dv, dgv, sh, bs, &b, stage, stg,
+                                    slots, parts, stash);
         } else { /* rows: dq, partial sums; per head: the partials at the least lam; keys */
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
@@ -7637,13 +7840,12 @@ static size_t favor__linear_bwd_plan(const favor_features *f, const favor_tensor
                                      const favor_tensor *k, const favor_tensor *v,
                                      const favor_tensor *dout, const favor_tensor *dq,
                                      const favor_tensor *dk, const favor_tensor *dv, int causal,
-                                     int gated, int any16, size_t nt, int *split, favor__bsplit *bs,
+                                     int any16, size_t nt, int *split, favor__bsplit *bs,
                                      size_t *slice, size_t *stg, size_t *stage_at,
                                      size_t *slots_at, size_t *parts_at, size_t *stash_at)
 {
     size_t all, t, hkv = favor__nheads(k), grp = q->heads / k->heads;
-    /* gated: per key/value head (the split's scans do not decay yet) */
-    *split = !gated && favor__bsplit_plan(f, q, k, v, bs) && (!causal || bs->sp.parts > 1);
+    *split = favor__bsplit_plan(f, q, k, v, bs) && (!causal || bs->sp.parts > 1);
     *stash_at = 0;
     if (!*split)
         return (all = favor__linear_bwd_call_floats(f, q, k, v, dout, dq, dk, dv, causal, any16))
@@ -7683,7 +7885,6 @@ FAVOR_API size_t favor_linear_attention_backward_workspace(const favor_features 
     if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
     return favor__ws_bytes(favor__linear_bwd_plan(f, q, k, v, q, q, k, v,
                                                   opts && (opts->flags & FAVOR_CAUSAL),
-                                                  opts && (opts->decay || opts->gates),
                                                   favor__any16(q, k, v), favor__nthreads(opts),
                                                   &split, &bs, &slice, &stg, &stage_at,
                                                   &slots_at, &parts_at, &stash_at));
@@ -7695,44 +7896,13 @@ static size_t favor__linear_bwd_call(const favor_features *f, const favor_tensor
                                      const favor_tensor *k, const favor_tensor *v,
                                      const favor_tensor *dout, const favor_tensor *dq,
                                      const favor_tensor *dk, const favor_tensor *dv, int causal,
-                                     int gated, size_t nt, int *split, favor__bsplit *bs,
-                                     size_t *slice, size_t *at)
+                                     size_t nt, int *split, favor__bsplit *bs, size_t *slice,
+                                     size_t *at)
 {
-    return favor__linear_bwd_plan(f, q, k, v, dout, dq, dk, dv, causal, gated, 0, nt, split, bs,
-                                  slice, &at[0], &at[1], &at[2], &at[3], &at[4]);
+    return favor__linear_bwd_plan(f, q, k, v, dout, dq, dk, dv, causal, 0, nt, split, bs, slice,
+                                  &at[0], &at[1], &at[2], &at[3], &at[4]);
 }
 
-/* The map of one key/value head hk of a gated call: its row of the gates (g1)
- * and its decay, as head 0 (the backward's kernels run on head 0 of views) */
-static void favor__head_map(favor__map *mh, favor_tensor *g1, const favor__map *mp, size_t hk)
-{
-    *mh = *mp;
-    if (mp->gates) {
-        *g1 = *mp->gates;
-        g1->data = favor__at(mp->gates, hk, 0);
-        g1->heads = 1;
-        g1->batch = 0;
-        mh->gates = g1;
-    }
-    if (mp->decay) {
-        mh->decay = mp->decay + hk % mp->dheads;
-        mh->dheads = 1;
-    }
-}
-
-/* dL/dg of a head's nk key rows (stride ld) from the sums phi(q).dphi(q) -
- * phi(k).dphi(k) of each position (4.12): their suffix sums, in double; key 0's
- * gate has no effect (nothing before it decays), its gradient is 0 */
-static void favor__dg_finish(float *dg, size_t ld, size_t nk)
-{
-    double acc = 0.0;
-    size_t t;
-    for (t = nk; t-- > 1;) {
-        acc += dg[t * ld];
-        dg[t * ld] = (float)acc;
-    }
-    dg[0] = 0.0f;
-}
 
 /* One sequence of a linear backward (sh: its shape) on ws */
 static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
@@ -7747,11 +7917,10 @@ static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
     int split = 0, in_ws = causal && favor__stash_in_ws(grp, sh->d, sh->dv);
     long g;
     at[0] = at[1] = at[2] = at[3] = at[4] = 0; /* staging, slots, parts, ... stash */
-    favor__linear_bwd_call(f, q, k, v, dout, dq, dk, dv, causal, favor__gated(mp), nt, &split,
-                           &bs, &slice, at);
+    favor__linear_bwd_call(f, q, k, v, dout, dq, dk, dv, causal, nt, &split, &bs, &slice, at);
     kern = favor__linear_bwd_floats(f, grp, sh->d, sh->dv, sh->n, causal);
     if (split) { /* at: the staging per head, where it, the slots, parts, stash begin */
-        favor__linear_bwd_split(mp, q, k, v, dout, dq, dk, dv, sh, &bs, causal, ws, slice,
+        favor__linear_bwd_split(mp, q, k, v, dout, dq, dk, dv, dgv, sh, &bs, causal, ws, slice,
                                 ws + at[1], at[0], ws + at[2], ws + at[3],
                                 at[4] ? ws + at[4] : NULL, nt);
         return;
@@ -7858,8 +8027,7 @@ FAVOR_API favor_status favor_linear_attention_backward(
         favor__seqv_grads(&sv, &gv, q, k, v, dout, dq, dk, dv, opts, seq);
         if (!sv.q.rows || !sv.k.rows) continue;
         if (!(fl = favor__linear_bwd_call(f, &sv.q, &sv.k, &sv.v, &gv.o, &gv.q, &gv.k, &gv.v,
-                                          causal, opts && (opts->decay || opts->gates), nt,
-                                          &split, &bs,
+                                          causal, nt, &split, &bs,
                                           &slice, at)))
             return favor__too_big(opts);
         if (fl > floats) floats = fl;

@@ -10,11 +10,16 @@ n < n_k and n > n_k), elu(x)+1 linear attention in the form of
 fast-transformers, FAVOR+ (and the hyperbolic, trig and relu maps) given
 the same W, in the form of the Performer reference code, unstabilized, and
 poly2 (no W) against its kernel 1 + t + t^2/2, t = s q.k, evaluated directly,
-not through features. Shapes
+not through features. Gated linear attention (--decay, --gates, --no-normalizer,
+--kernel identity) against a float64 recurrence over the features, token by
+token (elu+1, FAVOR+ given W, POLY2's features, identity's sqrt(s) x). Shapes
 [n, d], [heads, n, d] and [batch, heads, n, d], float32 and float64 inputs,
 .npy format versions 1.0, 2.0 and 3.0, grouped-query K/V, d_v != d. The
 tolerances are favor.h's (its manual, ACCURACY): max|err| <= 2e-5 max|V| for
 softmax, elu+1 and poly2, <= 1e-4 max|O_ref| for the random feature maps.
+Without the normalizer, where max|V| bounds no output, elu+1, poly2 and identity
+take <= 2e-5 max|V| max_i M_i, M_i = sum_j A_ij |phi(q_i)|.|phi(k_j)| (A_ij: the
+decay from key j to row i).
 
 16-bit element types: float16 files (passed as FAVOR_F16 views) and float32
 files with --storage bf16 (FAVOR_BF16 views), against torch in float64 from the
@@ -209,6 +214,10 @@ def phi_ref(x, kernel, w, scale):
     data_normalizer d^{-1/4} when s = 1/sqrt(d)."""
     if kernel == "elu":
         return torch.nn.functional.elu(x) + 1.0
+    if kernel == "identity":  # FAVOR_IDENTITY: sqrt(s) x, width d
+        return x * scale ** 0.5
+    if kernel == "poly2":
+        return poly2_phi(x, scale)
     m = w.shape[0]
     xs = x * scale ** 0.5
     u = xs @ w.T
@@ -222,6 +231,52 @@ def phi_ref(x, kernel, w, scale):
     if kernel == "relu":
         return torch.relu(u) / m ** 0.5 + 1e-3
     raise ValueError(kernel)
+
+
+def poly2_phi(x, scale):
+    """FAVOR_POLY2's features as the manual lists them: 1, x', then for i = 1..d
+    x'_i^2 / sqrt(2) and x'_i x'_j for j > i (x' = sqrt(s) x), so that
+    phi(a).phi(b) = 1 + t + t^2/2, t = s a.b."""
+    xs = x * scale ** 0.5
+    i, j = torch.triu_indices(x.shape[-1], x.shape[-1])
+    quad = xs[..., i] * xs[..., j]
+    quad = torch.where(i == j, quad / 2.0 ** 0.5, quad)
+    return torch.cat([torch.ones_like(xs[..., :1]), xs, quad], -1)
+
+
+def gated_ref(pq, pk, v, loga, causal, norm):
+    """Gated linear attention (favor.h's GATES) from the features, token by token:
+    before key t joins it the state decays by a_t = exp(loga[.., t]),
+        S_t = a_t S_{t-1} + phi(k_t) v_t^T,   z_t = a_t z_{t-1} + phi(k_t),
+    and row i reads it at its position p_i = i + n_k - n: o_i = phi(q_i)^T S_{p_i} /
+    phi(q_i)^T z_{p_i}, or phi(q_i)^T S_{p_i} without the normalizer (norm False);
+    rows with p_i < 0 are zero. Non-causal (no gates): every key, undecayed. Also
+    returns M_i = sum_j A_ij |phi(q_i)|.|phi(k_j)| (elementwise absolute values; A_ij
+    the decay from key j to row i), which bounds an unnormalized row's scale.
+    pk, v and loga have pq's heads (grouped K/V expanded)."""
+    n, nk = pq.shape[-2], pk.shape[-2]
+    if not causal:
+        num = pq @ (pk.transpose(-1, -2) @ v)
+        mag = pq.abs() @ pk.abs().sum(-2).unsqueeze(-1)
+        return (num / (pq @ pk.sum(-2).unsqueeze(-1)) if norm else num), mag.squeeze(-1)
+    out = torch.zeros(pq.shape[:-1] + v.shape[-1:], dtype=torch.float64)
+    mag = torch.zeros(pq.shape[:-1], dtype=torch.float64)
+    S = torch.zeros(pk.shape[:-2] + (pk.shape[-1], v.shape[-1]), dtype=torch.float64)
+    z = torch.zeros(pk.shape[:-2] + pk.shape[-1:], dtype=torch.float64)
+    za = torch.zeros_like(z)  # the same sum of |phi(k)|
+    a = torch.exp(loga)
+    for t in range(nk):
+        at = a[..., t, None]
+        S = at[..., None] * S + pk[..., t, :, None] * v[..., t, None, :]
+        z = at * z + pk[..., t, :]
+        za = at * za + pk[..., t, :].abs()
+        i = t - (nk - n)
+        if i >= 0:
+            qi = pq[..., i, :]
+            num = (qi.unsqueeze(-1) * S).sum(-2)
+            out[..., i, :] = num / (qi * z).sum(-1, keepdim=True) if norm else num
+            mag[..., i] = (qi.abs() * za).sum(-1)
+    return out, mag
 
 
 def performer_w(rng, m, d):
@@ -534,6 +589,133 @@ def score_variants(work):
 
 
 # --------------------------------------------------------------------------
+# Gated linear attention (--decay, --gates, --no-normalizer, --kernel identity)
+# against a float64 recurrence over the features, token by token
+# --------------------------------------------------------------------------
+GATED = []  # (normalized?, err / tol) of each gated case
+
+
+def gated_case(work, name, method, qs, ks, vs, kernel=None, m=None, scale=None, causal=True,
+               decay=None, gates=False, norm=True, gdtype=np.float32):
+    """One run: decay, the gammas (one per K/V head of a batch element, saved in
+    float64); gates, log(sigmoid(x)) with x ~ N(1, 1.5), shaped as K without its
+    last dimension and saved as gdtype; norm False: --no-normalizer. The tolerance:
+    the ungated ones when normalized; unnormalized, 2e-5 max|V| max_i M_i for elu,
+    poly2 and identity (M_i of gated_ref: the output is not bounded by max|V|) and
+    1e-4 max|O_ref| for the random maps."""
+    rng, q, k, v, paths = inputs(work, name, qs, ks, vs)
+    d, hq = qs[-1], (qs[-3] if len(qs) >= 3 else 1)
+    s = scale if scale is not None else 1.0 / d ** 0.5
+    args = ["--method", method] + (["--causal"] if causal else []) + \
+        ([] if norm else ["--no-normalizer"])
+    if scale is not None:
+        args += ["--scale", repr(scale)]
+    tw = None
+    if method == "favor":
+        args += ["--kernel", kernel]
+        if kernel not in ("poly2", "identity"):
+            w = performer_w(rng, m, d)
+            wpath = os.path.join(work, name + ".w.npy")
+            save(wpath, w)
+            args += ["--projection", wpath]
+            tw = t64(w)
+    loga = torch.zeros(ks[:-1], dtype=torch.float64)  # log a_t, per K/V head and key
+    if decay is not None:
+        gam = np.array(decay, np.float64)
+        path = os.path.join(work, name + ".decay.npy")
+        save(path, gam)
+        args += ["--decay", path]
+        loga += torch.log(t64(gam.astype(np.float32))).reshape((-1, 1) if len(ks) >= 3 else ())
+    if gates:
+        g = -np.logaddexp(0.0, -rng.normal(1.0, 1.5, ks[:-1]))  # log(sigmoid(x))
+        path = os.path.join(work, name + ".gates.npy")
+        save(path, g.astype(gdtype))
+        args += ["--gates", path]
+        loga += t64(g.astype(gdtype).astype(np.float32))
+    out = run_case(name, args + paths, tuple(qs[:-1]) + (vs[-1],), np.float32)
+    if out is None:
+        return
+    tk, tv = expand_kv(t64(k), hq), expand_kv(t64(v), hq)
+    loga = expand_kv(loga.unsqueeze(-1), hq).squeeze(-1)
+    kern = "elu" if method == "elu" else kernel
+    ref, mag = gated_ref(phi_ref(t64(q), kern, tw, s), phi_ref(tk, kern, tw, s), tv, loga,
+                         causal, norm)
+    if kern not in ("elu", "poly2", "identity"):
+        tol = 1e-4 * float(ref.abs().max())
+    elif norm:
+        tol = 2e-5 * float(tv.abs().max())
+    else:
+        tol = 2e-5 * float(tv.abs().max()) * float(mag.max())
+    compare(name, out, ref, tol)
+    GATED.append((norm, RESULTS[-1][1] / RESULTS[-1][2]))
+
+
+def gated(work):
+    print("gated linear attention against a float64 recurrence (torch):")
+    # the recurrence itself, ungated (a_t = 1): the direct references of elu+1 and
+    # of poly2's kernel, before it is trusted with gates
+    rng = np.random.default_rng(29)
+    q, k, v = (t64(rng.normal(0, 0.5, (2, 9, 8))) for _ in range(3))
+    zero = torch.zeros(2, 12)
+    for n0, causal in ((0, True), (3, True), (0, False)):
+        kk, vv = torch.cat([k, k[:, :n0]], 1), torch.cat([v, v[:, :n0]], 1)  # n <= n_k
+        for want, kern in ((linear_ref(phi_ref(q, "elu", None, 1), phi_ref(kk, "elu", None, 1),
+                                       vv, causal), "elu"),
+                           (poly2_ref(q, kk, vv, 0.3, causal), "poly2")):
+            got, _ = gated_ref(phi_ref(q, kern, None, 0.3), phi_ref(kk, kern, None, 0.3), vv,
+                               zero[:, :kk.shape[1]], causal, True)
+            if not float((got - want).abs().max()) <= 1e-12:
+                fail("gated_ref (%s, causal %s, n_k - n = %d) is not the ungated reference"
+                     % (kern, causal, n0))
+    gc = gated_case
+    # elu+1: normalized and not, decay, gates, both; non-causal without the normalizer
+    gc(work, "gated-elu-2d-decay", "elu", (120, 16), (120, 16), (120, 16), decay=[0.97])
+    gc(work, "gated-elu-2d-decay-nonorm", "elu", (120, 16), (120, 16), (120, 16),
+       decay=[0.97], norm=False)
+    gc(work, "gated-elu-3d-gqa-n<nk-gates-f8", "elu", (4, 60, 16), (2, 140, 16),
+       (2, 140, 24), gates=True, gdtype=np.float64)
+    gc(work, "gated-elu-3d-gqa-n<nk-gates-nonorm", "elu", (4, 60, 16), (2, 140, 16),
+       (2, 140, 24), gates=True, norm=False)
+    gc(work, "gated-elu-4d-batch-both-nonorm", "elu", (2, 4, 50, 16), (2, 2, 90, 16),
+       (2, 2, 90, 16), decay=[0.97, 0.9], gates=True, norm=False)
+    gc(work, "nonorm-elu-3d-gqa-noncausal", "elu", (4, 80, 16), (2, 100, 16), (2, 100, 16),
+       causal=False, norm=False)
+    # FAVOR+ given W
+    gc(work, "gated-favor+-3d-gqa-n<nk-both", "favor", (4, 70, 16), (2, 120, 16),
+       (2, 120, 16), kernel="positive", m=64, decay=[0.97, 0.9], gates=True)
+    gc(work, "gated-favor+-4d-batch-gates-nonorm", "favor", (2, 2, 40, 16), (2, 1, 80, 16),
+       (2, 1, 80, 16), kernel="positive", m=48, gates=True, norm=False)
+    gc(work, "gated-favor+-2d-decay-nonorm", "favor", (100, 16), (100, 16), (100, 8),
+       kernel="positive", m=64, decay=[0.9], norm=False)
+    # poly2 (its features written out, width 153 at d = 16)
+    gc(work, "gated-poly2-3d-gqa-n<nk-gates", "favor", (4, 50, 16), (2, 110, 16),
+       (2, 110, 16), kernel="poly2", gates=True)
+    gc(work, "gated-poly2-4d-batch-both-nonorm", "favor", (2, 2, 40, 16), (2, 2, 70, 16),
+       (2, 2, 70, 16), kernel="poly2", decay=[0.9, 0.97], gates=True, norm=False,
+       gdtype=np.float16)
+    gc(work, "gated-poly2-n>nk-decay-scale1", "favor", (2, 90, 16), (2, 60, 16), (2, 60, 16),
+       kernel="poly2", scale=1.0, decay=[0.97, 0.9])
+    # identity (no normalizer only): RetNet's retention (decay), Mamba-2's scalar gates
+    gc(work, "gated-identity-2d-decay", "favor", (110, 32), (110, 32), (110, 32),
+       kernel="identity", decay=[0.97], norm=False)
+    gc(work, "gated-identity-3d-gqa-n<nk-gates", "favor", (4, 60, 16), (2, 130, 16),
+       (2, 130, 24), kernel="identity", gates=True, norm=False)
+    gc(work, "gated-identity-4d-batch-both-scale", "favor", (2, 4, 50, 16), (2, 2, 80, 16),
+       (2, 2, 80, 16), kernel="identity", scale=0.5, decay=[0.9, 0.97], gates=True,
+       norm=False)
+    # long enough for favor.h to split the keys of a head into segments (fewer than 8
+    # key/value heads): the segments merged with their summed gates
+    gc(work, "gated-elu-2d-long-both", "elu", (1000, 16), (1200, 16), (1200, 16),
+       decay=[0.999], gates=True)
+    gc(work, "gated-favor+-3d-gqa-long-both-nonorm", "favor", (2, 600, 16), (1, 1100, 16),
+       (1, 1100, 16), kernel="positive", m=32, decay=[0.995], gates=True, norm=False)
+    for norm, what in ((True, "normalized"), (False, "without the normalizer")):
+        r = [x for nm, x in GATED if nm == norm]
+        if r:
+            print("  worst gated case %s: %.2f%% of its tolerance" % (what, 100 * max(r)))
+
+
+# --------------------------------------------------------------------------
 # 16-bit inputs and outputs: float16 files, --storage f16/bf16, --out-dtype
 # f2/bf16. The reference is computed in float64 from the same rounded values
 # (torch's .half() / .bfloat16(), then .double()).
@@ -777,6 +959,20 @@ def behaviour(work):
              % (r7.returncode, r7.stdout.decode(), pat))
     else:
         print("  timing line: " + r7.stdout.decode().strip())
+    # identity has no W either: favor/identity and its width d; the linear options given
+    # are named after causal
+    decay, gates = os.path.join(work, "b.decay.npy"), os.path.join(work, "b.gates.npy")
+    save(decay, np.array([0.9, 0.97]))
+    save(gates, np.full((2, 64), -0.05, np.float32))
+    r8 = run(["--kernel", "identity", "--no-normalizer", "--causal", "--decay", decay,
+              "--gates", gates, "--repeat", "2"] + p + [os.path.join(work, "b.identity.npy")])
+    pat = (r"^favor-npy: favor/identity width=16 causal no-normalizer decay gates heads=2 "
+           r"kv_heads=2 n=64 n_k=64 d=16 dv=16 \w+: [0-9.]+ ms \(median of 2\)\n$")
+    if r8.returncode or not re.match(pat, r8.stdout.decode()):
+        fail("identity's timing line: exit %d, %r does not match %r"
+             % (r8.returncode, r8.stdout.decode(), pat))
+    else:
+        print("  timing line: " + r8.stdout.decode().strip())
     r4 = run(["--seed", "8", "--features", "32"] + p + [outs[2]])  # replaces outs[2]
     if r4.returncode or np.array_equal(a, np.load(outs[2])):
         fail("another seed gave the same output (or failed: %d)" % r4.returncode)
@@ -1041,10 +1237,31 @@ def failures(work):
                                      out]),
         ("--mask int32", sm + ["--mask", P("dt-int32.npy")] + good + [out]),
     ]
+    # gated linear attention: log-gates shaped as K without its last dimension
+    # ([2, 32] here), gammas one per K head; values favor.h refuses (below)
+    el = ["--method", "elu", "--causal"]
+    save(P("gates-ok.npy"), np.full((2, 32), -0.1, np.float32))
+    save(P("gates-31.npy"), np.full((2, 31), -0.1, np.float32))
+    save(P("gates-3d.npy"), np.full((1, 2, 32), -0.1, np.float32))
+    pos = np.full((2, 32), -0.1)
+    pos[1, 7] = 0.25
+    save(P("gates-pos.npy"), pos)
+    save(P("decay-ok.npy"), np.array([0.9, 0.97], np.float32))
+    save(P("decay-3.npy"), np.array([0.9, 0.97, 0.5], np.float32))
+    save(P("decay-1.5.npy"), np.array([0.9, 1.5]))
+    cases += [
+        ("--gates [heads, n_k - 1]", el + ["--gates", P("gates-31.npy")] + good + [out]),
+        ("--gates of K's rank", el + ["--gates", P("gates-3d.npy")] + good + [out]),
+        ("--gates int32", el + ["--gates", P("dt-int32.npy")] + good + [out]),
+        ("--decay of 3 for 2 heads", el + ["--decay", P("decay-3.npy")] + good + [out]),
+    ]
     refused = [  # by favor.h, whose opts.error text the tool prints
         ("--softcap -1 (favor.h)", sm + ["--softcap", "-1"], "opts.softcap"),
         ("--alibi NaN (favor.h)", sm + ["--alibi", P("slope-nan.npy")], "opts.alibi[1]"),
         ("--sinks +inf (favor.h)", sm + ["--sinks", P("sink-inf.npy")], "opts.sinks[0]"),
+        ("--gates positive (favor.h)", el + ["--gates", P("gates-pos.npy")],
+         "opts.gates: head 1 (of batch element 0) row 7 is positive"),
+        ("--decay 1.5 (favor.h)", el + ["--decay", P("decay-1.5.npy")], "opts.decay[1]"),
     ]
     for name, args in cases:
         expect_error(bad, name, args, args[-1], 1)
@@ -1097,6 +1314,19 @@ def failures(work):
          + good + [out]),
         ("--softcap abc", ["--method", "softmax", "--softcap", "abc"] + good + [out]),
         ("--softcap 1e-50", ["--method", "softmax", "--softcap", "1e-50"] + good + [out]),
+        ("--kernel identity alone", ["--kernel", "identity"] + good + [out]),
+        ("--features with identity", ["--kernel", "identity", "--no-normalizer", "--features",
+                                      "8"] + good + [out]),
+        ("--kernel identity for elu", ["--method", "elu", "--kernel", "identity",
+                                       "--no-normalizer"] + good + [out]),
+        ("--decay without --causal", ["--method", "elu", "--decay", P("decay-ok.npy")] + good
+         + [out]),
+        ("--gates without --causal", ["--gates", P("gates-ok.npy")] + good + [out]),
+        ("--gates for softmax", ["--method", "softmax", "--causal", "--gates",
+                                 P("gates-ok.npy")] + good + [out]),
+        ("--no-normalizer for softmax", ["--method", "softmax", "--no-normalizer"] + good
+         + [out]),
+        ("--no-normalizer=1", ["--no-normalizer=1"] + good + [out]),
     ]
     for name, args in usage:
         expect_error(bad, name, args, out, 2)
@@ -1116,6 +1346,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="favor-interop-") as work:
         agreement(work)
         score_variants(work)
+        gated(work)
         sixteen_bit(work)
         behaviour(work)
         failures(work)
