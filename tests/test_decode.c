@@ -56,11 +56,7 @@
 
 static float *lse_make(size_t cnt)
 {
-    float *p = (float *)malloc((cnt + 2 * DC_GUARD) * sizeof *p);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
+    float *p = (float *)tu_xmalloc((cnt + 2 * DC_GUARD) * sizeof *p);
     memset(p, 0xff, (cnt + 2 * DC_GUARD) * sizeof *p);
     return p;
 }
@@ -87,16 +83,6 @@ static int all_ff(const void *p, size_t bytes)
     return 1;
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
 /* Compare out (and lse, hq x n floats, when not NULL) of a call on q, k, v with
  * ref_softmax (and ref_softmax_lse). Rows that see no key must be exactly 0 with
  * lse -inf. Returns the number of failed checks (reported). */
@@ -107,7 +93,7 @@ static int dc_compare(const favor_tensor *q, const favor_tensor *k, const favor_
            dv = v->cols, h, i, c;
     double *dq = tu_tensor_to_double(q), *dk = tu_tensor_to_double(k);
     double *dvv = tu_tensor_to_double(v);
-    double *ref = (double *)xmalloc(hq * n * dv * sizeof *ref);
+    double *ref = (double *)tu_xmalloc(hq * n * dv * sizeof *ref);
     double err, tol;
     int fails = 0;
     ref_softmax(dq, dk, dvv, ref, hq, hkv, n, nk, d, dv, scale, causal);
@@ -130,7 +116,7 @@ static int dc_compare(const favor_tensor *q, const favor_tensor *k, const favor_
         }
     }
     if (lse) {
-        double *rl = (double *)xmalloc(hq * n * sizeof *rl), worst = 0;
+        double *rl = (double *)tu_xmalloc(hq * n * sizeof *rl), worst = 0;
         int bad = 0;
         ref_softmax_lse(dq, dk, rl, hq, hkv, n, nk, d, scale, causal);
         for (i = 0; i < hq * n; ++i) {
@@ -266,7 +252,7 @@ static int run_case(const dc_case *c, unsigned long long seed)
             print_error("  the workspace query returned 0\n");
             ++fails;
         }
-        ws = xmalloc(bytes);
+        ws = tu_xmalloc(bytes);
         opt.workspace = ws;
         opt.workspace_size = bytes;
     }
@@ -332,8 +318,8 @@ static int run_shared_cache(size_t hq, size_t hkv, size_t n, size_t nk, size_t c
 {
     tu_rng rng;
     size_t wc = hkv * (d + dv), wq = hq * (d + dv), i, h, c;
-    float *kv = (float *)xmalloc(cap * wc * sizeof *kv), *kv0;
-    float *qo = (float *)xmalloc(n * wq * sizeof *qo), *qo0;
+    float *kv = (float *)tu_xmalloc(cap * wc * sizeof *kv), *kv0;
+    float *qo = (float *)tu_xmalloc(n * wq * sizeof *qo), *qo0;
     float *lse = lse_make(hq * n);
     favor_tensor Q, K, V, O;
     favor_options opt = favor_default_options();
@@ -348,8 +334,8 @@ static int run_shared_cache(size_t hq, size_t hkv, size_t n, size_t nk, size_t c
         for (c = 0; c < wc; ++c) kv[i * wc + c] = (float)tu_normal(&rng);
     for (i = 0; i < n; ++i)
         for (c = 0; c < hq * d; ++c) qo[i * wq + c] = (float)tu_normal(&rng);
-    kv0 = (float *)xmalloc(cap * wc * sizeof *kv0);
-    qo0 = (float *)xmalloc(n * wq * sizeof *qo0);
+    kv0 = (float *)tu_xmalloc(cap * wc * sizeof *kv0);
+    qo0 = (float *)tu_xmalloc(n * wq * sizeof *qo0);
     memcpy(kv0, kv, cap * wc * sizeof *kv);
     memcpy(qo0, qo, n * wq * sizeof *qo);
     Q.dtype = K.dtype = V.dtype = O.dtype = FAVOR_F32;
@@ -447,8 +433,8 @@ static int run_switch(size_t hq, size_t hkv, size_t nk, size_t d, size_t dv,
     dq = tu_tensor_to_double(&Q.t);
     dk = tu_tensor_to_double(&K.t);
     dvv = tu_tensor_to_double(&V.t);
-    ref = (double *)xmalloc(hq * (SW + 1) * dv * sizeof *ref);
-    rl = (double *)xmalloc(hq * (SW + 1) * sizeof *rl);
+    ref = (double *)tu_xmalloc(hq * (SW + 1) * dv * sizeof *ref);
+    rl = (double *)tu_xmalloc(hq * (SW + 1) * sizeof *rl);
     tol = 2e-5 * tv_max_abs(&V);
     for (causal = 0; causal < 2; ++causal) {
         favor_options opt = favor_default_options();
@@ -607,7 +593,7 @@ static void test_decode_threads_identical(void **state)
                 print_error("  threads %d: the workspace query returned 0\n", threads[ti]);
                 ++fails;
             }
-            ws = xmalloc(bytes);
+            ws = tu_xmalloc(bytes);
             opt.workspace = ws;
             opt.workspace_size = bytes;
             tv_reset(&O);
@@ -626,8 +612,8 @@ static void test_decode_threads_identical(void **state)
                 ++fails;
             }
             if (threads[ti] == 1) {
-                o1 = (float *)xmalloc(O.len * sizeof *o1);
-                l1 = (float *)xmalloc(cnt * sizeof *l1);
+                o1 = (float *)tu_xmalloc(O.len * sizeof *o1);
+                l1 = (float *)tu_xmalloc(cnt * sizeof *l1);
                 memcpy(o1, O.buf, O.len * sizeof *o1);
                 memcpy(l1, lse + DC_GUARD, cnt * sizeof *l1);
                 /* accuracy is test_decode_accuracy's: here a softmax row is a convex
@@ -803,7 +789,7 @@ static void test_decode_workspace(void **state)
         assert_true(tv_view_finite(&Oa));
         assert_true(tv_max_abs(&Oa) <= tv_max_abs(&V) * (1 + 1e-5)); /* convex combinations */
         /* the queried size, at an aligned and at an odd address: the same bits */
-        ws = (unsigned char *)xmalloc(bytes + 64);
+        ws = (unsigned char *)tu_xmalloc(bytes + 64);
         opt.lse = lse + DC_GUARD;
         for (off = 0; off < 4; off += 3) {
             opt.workspace = ws + off;
@@ -979,7 +965,7 @@ static void test_decode_validation(void **state)
                           bytes);
         }
         /* a workspace one byte short (with lse requested) */
-        ws = (unsigned char *)xmalloc(bytes);
+        ws = (unsigned char *)tu_xmalloc(bytes);
         o2.workspace = ws;
         o2.workspace_size = bytes - 1;
         REFUSED(FAVOR_E_WORKSPACE, &Q.t, &K.t, &V.t, &O.t, &o2, "workspace one byte short");

@@ -1,5 +1,5 @@
 /* Gated linear attention: opts.decay, opts.gates, FAVOR_NO_NORM and
- * FAVOR_IDENTITY, against a float64 reference written here (gref_linear: the
+ * FAVOR_IDENTITY, against a float64 reference (gref_linear of gated_util.h: the
  * token-by-token recurrence, per key/value head with a_t = exp(g_t) gamma,
  *     S_t = a_t S_{t-1} + phi(k_t) v_t^T,   z_t = a_t z_{t-1} + phi(k_t),
  *     o_i = phi(q_i)^T S_{p_i} [/ phi(q_i)^T z_{p_i}],  p_i = i + n_k - n,
@@ -50,196 +50,14 @@
 
 #include <cmocka.h>
 #include <float.h>
-#include <time.h>
 
 #include "favor.h"
+#include "gated_util.h"
 #include "reference.h"
 #include "test_util.h"
 #include "test_views.h"
 
-enum { G_NONE, G_DECAY, G_GATES, G_BOTH };   /* which of decay and gates a case has */
-enum { GS_REAL, GS_EXTREME, GS_MILD };       /* how its gates are drawn */
-static const char *const gmode_names[] = { "none", "decay", "gates", "both" };
 static const char *const gstyle_names[] = { "real", "extreme", "mild" };
-
-static const char *kname(favor_kernel k)
-{
-    return k == FAVOR_IDENTITY ? "IDENTITY" : tu_kernel_name(k);
-}
-
-/* the maps without W, whose bounds are max|V|-relative */
-static int fixed_map(favor_kernel k)
-{
-    return k == FAVOR_ELU1 || k == FAVOR_POLY2 || k == FAVOR_IDENTITY;
-}
-
-static double now(void) { return (double)clock() / CLOCKS_PER_SEC; }
-
-/* ---- buffers: [B][H][R][C] views, fp32 or fp16 ---------------------------- */
-
-/* the fp16 code nearest-ish to x (|x| < 65504); the tests read it back exactly */
-static uint16_t to_f16(double x)
-{
-    unsigned s = x < 0 ? 0x8000u : 0u;
-    double a = fabs(x);
-    int e;
-    long mant;
-    if (a < ldexp(1.0, -14)) return (uint16_t)(s | (unsigned)lround(ldexp(a, 24)));
-    a = frexp(a, &e); /* a in [0.5, 1) */
-    mant = lround(a * 2048.0);
-    if (mant == 2048) {
-        mant = 1024;
-        ++e;
-    }
-    return (uint16_t)(s | ((unsigned)(e + 14) << 10) | (unsigned)(mant - 1024));
-}
-
-static double f16_value(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f;
-    double m = h & 0x3ff, x = e ? ldexp(1024.0 + m, e - 25) : ldexp(m, -24);
-    return (h & 0x8000u) ? -x : x;
-}
-
-typedef struct {
-    favor_tensor t;
-    void *data;
-    size_t len; /* elements */
-} gbuf;
-
-/* a B x H x R x C view, packed (inter 0) or rows outside heads ([B][R][H][C],
- * inter 1), elements N(0, sigma^2) (sigma < 0: NaN, fp32 only) */
-static void gb_make(gbuf *b, favor_dtype dt, size_t B, size_t H, size_t R, size_t C,
-                    int inter, tu_rng *rng, double sigma)
-{
-    size_t i;
-    b->len = B * H * R * C;
-    b->data = malloc((b->len ? b->len : 1) * (dt == FAVOR_F32 ? 4 : 2));
-    if (!b->data) exit(2);
-    b->t = favor_tensor_batched(dt, b->data, B, H, R, C);
-    if (inter) { /* [B][R][H][C] */
-        b->t.head_stride = C;
-        b->t.row_stride = H * C;
-    }
-    for (i = 0; i < b->len; ++i) {
-        double x = sigma < 0 ? (double)NAN : sigma * tu_normal(rng);
-        if (dt == FAVOR_F32) ((float *)b->data)[i] = (float)x;
-        else ((uint16_t *)b->data)[i] = to_f16(x);
-    }
-}
-
-static size_t gb_index(const favor_tensor *t, size_t b, size_t h, size_t r, size_t c)
-{
-    return (t->batch > 1 ? b * t->batch_stride : 0) + h * t->head_stride + r * t->row_stride + c;
-}
-
-static double gb_get(const favor_tensor *t, size_t b, size_t h, size_t r, size_t c)
-{
-    size_t i = gb_index(t, b, h, r, c);
-    return t->dtype == FAVOR_F32 ? (double)((const float *)t->data)[i]
-                                 : f16_value(((const uint16_t *)t->data)[i]);
-}
-
-static void gb_set(const favor_tensor *t, size_t b, size_t h, size_t r, size_t c, double x)
-{
-    ((float *)t->data)[gb_index(t, b, h, r, c)] = (float)x;
-}
-
-/* a copy of an fp32 buffer */
-static float *gb_dup(const gbuf *b)
-{
-    float *p = (float *)malloc(b->len * sizeof *p + 4);
-    if (!p) exit(2);
-    memcpy(p, b->data, b->len * sizeof *p);
-    return p;
-}
-
-/* batch element b as a packed double array [H][R][C] */
-static double *gb_elem(const favor_tensor *t, size_t b)
-{
-    size_t h, r, c, i = 0;
-    double *p = (double *)malloc((t->heads * t->rows * t->cols + 1) * sizeof *p);
-    if (!p) exit(2);
-    for (h = 0; h < t->heads; ++h)
-        for (r = 0; r < t->rows; ++r)
-            for (c = 0; c < t->cols; ++c) p[i++] = gb_get(t, b, h, r, c);
-    return p;
-}
-
-/* ---- the float64 reference ------------------------------------------------- */
-
-static size_t ref_w(const favor_features *f)
-{
-    return f->kernel == FAVOR_IDENTITY ? f->dim : favor_features_width(f);
-}
-
-static void ref_phi(const favor_features *f, const double *x, size_t rows, double *phi)
-{
-    size_t i;
-    if (f->kernel == FAVOR_IDENTITY) {
-        double rs = sqrt((double)f->scale);
-        for (i = 0; i < rows * f->dim; ++i) phi[i] = rs * x[i];
-    } else {
-        ref_features(f, x, rows, 0, phi);
-    }
-}
-
-/* One batch element: q hq x n x d, k hkv x nk x d, v hkv x nk x dv (packed
- * double), lg hkv x nk log-decays g_t + log gamma (NULL: none), out hq x n x dv,
- * mag (NULL: not wanted) hq x n: M_i of the header. causal 0: every row after the
- * last key. */
-static void gref_linear(const favor_features *f, const double *q, const double *k,
-                        const double *v, const double *lg, double *out, double *mag,
-                        size_t hq, size_t hkv, size_t n, size_t nk, size_t dv, int causal,
-                        int no_norm)
-{
-    size_t d = f->dim, w = ref_w(f), group = hq / hkv, g, h, i, t, l, c;
-    double *pq = (double *)malloc(hq * n * w * sizeof *pq + 8);
-    double *pk = (double *)malloc(nk * w * sizeof *pk + 8);
-    double *S = (double *)malloc(w * dv * sizeof *S), *z = (double *)malloc(w * sizeof *z);
-    double *za = (double *)malloc(w * sizeof *za);
-    if (!pq || !pk || !S || !z || !za) exit(2);
-    ref_phi(f, q, hq * n, pq);
-    for (i = 0; i < hq * n * dv; ++i) out[i] = 0;
-    if (mag) for (i = 0; i < hq * n; ++i) mag[i] = 0;
-    for (g = 0; g < hkv; ++g) {
-        ref_phi(f, k + g * nk * d, nk, pk);
-        memset(S, 0, w * dv * sizeof *S);
-        memset(z, 0, w * sizeof *z);
-        memset(za, 0, w * sizeof *za);
-        for (t = 0; t < nk; ++t) {
-            double a = lg ? exp(lg[g * nk + t]) : 1.0;
-            const double *p = pk + t * w, *vt = v + (g * nk + t) * dv;
-            size_t i0, i1;
-            for (l = 0; l < w; ++l) {
-                for (c = 0; c < dv; ++c) S[l * dv + c] = a * S[l * dv + c] + p[l] * vt[c];
-                z[l] = a * z[l] + p[l];
-                za[l] = a * za[l] + fabs(p[l]);
-            }
-            if (causal ? t + n < nk : t + 1 < nk) continue; /* no row at position t */
-            i0 = causal ? t + n - nk : 0;
-            i1 = causal ? i0 + 1 : n;
-            for (h = g * group; h < (g + 1) * group; ++h)
-                for (i = i0; i < i1; ++i) {
-                    const double *pi = pq + (h * n + i) * w;
-                    double *o = out + (h * n + i) * dv, den = 0, mg = 0;
-                    for (l = 0; l < w; ++l) {
-                        den += pi[l] * z[l];
-                        mg += fabs(pi[l]) * za[l];
-                        for (c = 0; c < dv; ++c) o[c] += pi[l] * S[l * dv + c];
-                    }
-                    if (!no_norm)
-                        for (c = 0; c < dv; ++c) o[c] = den != 0 ? o[c] / den : 0.0;
-                    if (mag) mag[h * n + i] = mg;
-                }
-        }
-    }
-    free(pq);
-    free(pk);
-    free(S);
-    free(z);
-    free(za);
-}
 
 /* ---- one problem: features, q/k/v/out, gates, decay, options ------------- */
 
@@ -259,45 +77,21 @@ typedef struct {
     favor_options opt; /* flags, decay and gates set; gates point at G.t */
 } prob;
 
-static float draw_gate(tu_rng *r, int style, size_t t)
-{
-    double x = (style == GS_MILD ? 7.0 : 1.0) + 1.5 * tu_normal(r);
-    if (style == GS_EXTREME && t % 7 == 3) return -20.0f;
-    if (style == GS_EXTREME && t % 5 == 1) return 0.0f;
-    return (float)-log1p(exp(-x)); /* log(sigmoid(x)) */
-}
-
-static void fill_gates(const favor_tensor *G, tu_rng *rng, int style, size_t r0)
-{
-    size_t b, h, r, B = G->batch ? G->batch : 1;
-    for (b = 0; b < B; ++b)
-        for (h = 0; h < G->heads; ++h)
-            for (r = r0; r < G->rows; ++r) gb_set(G, b, h, r, 0, draw_gate(rng, style, r));
-}
-
 static int prob_make(prob *p, const gshape *c, favor_kernel kernel, int no_norm,
                      unsigned long long seed)
 {
     static const float gammas[4] = { 0.97f, 1.0f, 0.9f, 0.995f };
     tu_rng rng;
-    size_t floats, h;
+    size_t h;
     double sigma = kernel == FAVOR_TRIG ? 0.3 : 1.0;
     favor_dtype dt = c->f16 ? FAVOR_F16 : FAVOR_F32;
-    favor_status st;
     memset(p, 0, sizeof *p);
     p->s = *c;
     p->kernel = kernel;
     p->no_norm = no_norm;
     if (kernel == FAVOR_POLY2 && p->s.d > 16) p->s.d = 16;
-    p->s.m = fixed_map(kernel) ? p->s.d : kernel == FAVOR_TRIG ? 256 : c->m;
-    floats = favor_features_floats(kernel, p->s.d, p->s.m);
-    p->wstore = floats ? (float *)malloc(floats * sizeof(float)) : NULL;
-    st = favor_features_init(&p->f, kernel, p->s.d, p->s.m, 0, seed, p->wstore);
-    if (st != FAVOR_OK) {
-        print_error("  favor_features_init(%s): %s\n", kname(kernel), favor_status_string(st));
-        free(p->wstore);
-        return 1;
-    }
+    p->s.m = tu_fixed(kernel) ? p->s.d : kernel == FAVOR_TRIG ? 256 : c->m;
+    if (feat_make(&p->f, &p->wstore, kernel, p->s.d, p->s.m, seed)) return 1;
     rng.s = seed * 7919 + 13;
     gb_make(&p->Q, dt, c->B, c->hq, c->n, p->s.d, c->inter, &rng, sigma);
     gb_make(&p->K, dt, c->B, c->hkv, c->nk, p->s.d, c->inter, &rng, sigma);
@@ -336,19 +130,16 @@ static void new_out(const prob *p, gbuf *o)
 static double *prob_ref(const prob *p, double **rtol, double *omax)
 {
     const gshape *c = &p->s;
-    size_t b, h, t, no = c->hq * c->n * c->dv, nr = c->hq * c->n;
+    size_t b, t, no = c->hq * c->n * c->dv, nr = c->hq * c->n;
     double *ref = (double *)malloc(c->B * no * sizeof *ref);
     double *mag = (double *)malloc(c->B * nr * sizeof *mag);
     double *lg = (double *)malloc(c->hkv * c->nk * sizeof *lg + 8);
     double vmax = 0;
+    rdims rd = rdims_make(c->hq, c->hkv, c->n, c->nk, c->dv, c->causal, p->no_norm);
     for (b = 0; b < c->B; ++b) {
         double *q = gb_elem(&p->Q.t, b), *k = gb_elem(&p->K.t, b), *v = gb_elem(&p->V.t, b);
-        for (h = 0; h < c->hkv; ++h)
-            for (t = 0; t < c->nk; ++t)
-                lg[h * c->nk + t] = (p->opt.gates ? gb_get(&p->G.t, b, h, t, 0) : 0.0) +
-                                    (p->opt.decay ? log((double)p->decay[h]) : 0.0);
-        gref_linear(&p->f, q, k, v, p->opt.gates || p->opt.decay ? lg : NULL, ref + b * no,
-                    mag + b * nr, c->hq, c->hkv, c->n, c->nk, c->dv, c->causal, p->no_norm);
+        gref_linear(&p->f, &rd, q, k, v, gate_logs(&p->opt, b, c->hkv, c->nk, lg), ref + b * no,
+                    mag + b * nr);
         if (tu_max_abs(v, c->hkv * c->nk * c->dv) > vmax)
             vmax = tu_max_abs(v, c->hkv * c->nk * c->dv);
         free(q);
@@ -357,9 +148,9 @@ static double *prob_ref(const prob *p, double **rtol, double *omax)
     }
     *omax = tu_max_abs(ref, c->B * no);
     for (t = 0; t < c->B * nr; ++t)
-        mag[t] = !fixed_map(p->kernel) ? 1e-4 * *omax
-                 : p->no_norm          ? 2e-5 * vmax * mag[t]
-                                       : 2e-5 * vmax;
+        mag[t] = !tu_fixed(p->kernel) ? 1e-4 * *omax
+                 : p->no_norm         ? 2e-5 * vmax * mag[t]
+                                      : 2e-5 * vmax;
     *rtol = mag;
     free(lg);
     return ref;
@@ -422,9 +213,9 @@ static int run_forward(size_t idx, const gshape *c, favor_kernel kernel, int no_
         st = linear(&p, &O2.t, &p.opt);
     }
     print_message("fwd %2u %-10s %-7s B%u hq%u hkv%u n%u nk%u d%u dv%u m%u %s %s %s%s%s: ",
-                  (unsigned)idx, kname(kernel), no_norm ? "no_norm" : "norm", (unsigned)c->B,
-                  (unsigned)c->hq, (unsigned)c->hkv, (unsigned)c->n, (unsigned)c->nk,
-                  (unsigned)p.s.d, (unsigned)c->dv, (unsigned)p.s.m,
+                  (unsigned)idx, tu_kernel_name(kernel), no_norm ? "no_norm" : "norm",
+                  (unsigned)c->B, (unsigned)c->hq, (unsigned)c->hkv, (unsigned)c->n,
+                  (unsigned)c->nk, (unsigned)p.s.d, (unsigned)c->dv, (unsigned)p.s.m,
                   c->causal ? "causal" : "full", gmode_names[c->gmode], gstyle_names[c->gstyle],
                   c->inter ? " inter" : "", c->f16 ? " f16" : "");
     if (st != FAVOR_OK) {
@@ -481,12 +272,12 @@ static int leak_case(const gshape *c, favor_kernel kernel, int no_norm, const si
     size_t it, b, h, r, col, off = c->nk - c->n;
     int fails = 0;
     favor_status st;
-    float *k0, *v0, *g0;
+    void *k0, *v0, *g0;
     tu_rng rng = { 4711 };
     if (prob_make(&p, c, kernel, no_norm, 900 + (unsigned)kernel)) return 1;
-    k0 = gb_dup(&p.K);
-    v0 = gb_dup(&p.V);
-    g0 = gb_dup(&p.G);
+    k0 = gb_snap(&p.K);
+    v0 = gb_snap(&p.V);
+    g0 = gb_snap(&p.G);
     st = linear(&p, &p.O.t, &p.opt);
     for (it = 0; it < nts && st == FAVOR_OK; ++it) {
         size_t t = ts[it], bad = 0, changed = 0;
@@ -519,7 +310,7 @@ static int leak_case(const gshape *c, favor_kernel kernel, int no_norm, const si
                             if (r + off == t + 1 && !same) changed = 1;
                         }
         print_message("leak %-8s %-7s nk %4u t %4u: %u rows' elements changed%s\n",
-                      kname(kernel), no_norm ? "no_norm" : "norm", (unsigned)c->nk,
+                      tu_kernel_name(kernel), no_norm ? "no_norm" : "norm", (unsigned)c->nk,
                       (unsigned)t, (unsigned)bad, changed ? "" : ", row t+1 did NOT change");
         if (bad || !changed) ++fails;
         free(O1.data);
@@ -528,7 +319,7 @@ static int leak_case(const gshape *c, favor_kernel kernel, int no_norm, const si
         memcpy(p.G.data, g0, p.G.len * 4);
     }
     if (st != FAVOR_OK) {
-        print_error("  leak %s: status %s\n", kname(kernel), favor_status_string(st));
+        print_error("  leak %s: status %s\n", tu_kernel_name(kernel), favor_status_string(st));
         ++fails;
     }
     free(k0);
@@ -600,7 +391,7 @@ static void test_gated_packed(void **state)
                 }
                 same = st == FAVOR_OK && memcmp(p.O.data, O2.data, p.O.len * 4) == 0;
                 print_message("packed %u seqs, n_k %4u, %-8s %-7s: %s, %s\n", (unsigned)ns,
-                              (unsigned)s[l].nk, kname(ks[k]), nn ? "no_norm" : "norm",
+                              (unsigned)s[l].nk, tu_kernel_name(ks[k]), nn ? "no_norm" : "norm",
                               favor_status_string(st), same ? "bit-identical" : "DIFFER");
                 if (!same) {
                     if (st == FAVOR_OK)
@@ -659,7 +450,7 @@ static void test_gated_recurrent(void **state)
                     r0 += len;
                 }
             if (st != FAVOR_OK) {
-                print_error("recurrent %s: status %s at row %u\n", kname(ks[k]),
+                print_error("recurrent %s: status %s at row %u\n", tu_kernel_name(ks[k]),
                             favor_status_string(st), (unsigned)r0);
                 ++fails;
             } else {
@@ -670,10 +461,10 @@ static void test_gated_recurrent(void **state)
                 double par = out_err(&p, &O2.t, one, NULL, NULL);
                 print_message("recurrent %-8s %-7s: call - ref %.3g (err/tol %.4f), "
                               "extend/step - ref %.3g (%.4f), extend/step - call %.3g "
-                              "(tol 1e-5 max|O_ref| = %.3g)\n", kname(ks[k]),
+                              "(tol 1e-5 max|O_ref| = %.3g)\n", tu_kernel_name(ks[k]),
                               nn ? "no_norm" : "norm", e1, r1, e2, r2, par, 1e-5 * omax);
                 if (!(r1 <= 1) || !(r2 <= 1) || !(par <= 1e-5 * omax)) {
-                    print_error("  recurrent %s: out of tolerance\n", kname(ks[k]));
+                    print_error("  recurrent %s: out of tolerance\n", tu_kernel_name(ks[k]));
                     ++fails;
                 }
                 free(one);

@@ -26,8 +26,9 @@
  *     phi(k_p).dphi(k_p), the form the library evaluates (favor__dg_finish).
  *
  * (1a) reference_fd: the reference against central differences (step 1e-5
- *     max(1, |x|)) of L over a token-by-token float64 forward (gref_linear, the
- *     recurrence S_t = a_t S_{t-1} + phi(k_t) v_t^T of tests/test_gated.c), for
+ *     max(1, |x|)) of L over a token-by-token float64 forward (gref_linear of
+ *     gated_util.h, the recurrence S_t = a_t S_{t-1} + phi(k_t) v_t^T that
+ *     tests/test_gated.c checks the forward against), for
  *     dq, dk, dv and the gradient of every log-decay (dg; also with decay only),
  *     every map (ELU1, POSITIVE, HYPERBOLIC, RELU, POLY2 normalized and
  *     FAVOR_NO_NORM, TRIG normalized, IDENTITY FAVOR_NO_NORM), gate modes none,
@@ -102,9 +103,9 @@
 
 #include <cmocka.h>
 #include <float.h>
-#include <time.h>
 
 #include "favor.h"
+#include "gated_util.h"
 #include "reference.h"
 #include "test_util.h"
 
@@ -113,109 +114,12 @@
 #define TOL_DGN 5e-6  /* |dg_t - ref| / N_t, every element */
 #define TOL_REF 1e-5  /* the reference against central differences */
 
-enum { G_NONE, G_DECAY, G_GATES, G_BOTH, G_FULL }; /* G_FULL: not causal, no gates */
-enum { GS_REAL, GS_EXTREME, GS_MILD };
-static const char *const gmode_names[] = { "none", "decay", "gates", "both", "full" };
-
-static double now(void) { return (double)clock() / CLOCKS_PER_SEC; }
-
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static double *dalloc(size_t count) { return (double *)xmalloc(count * sizeof(double)); }
-
-/* ---- fp16 codes, independently of the library ------------------------------ */
-
-/* the fp16 code of x rounded to nearest even (overflow: inf), as the library
- * rounds a 16-bit output; inputs drawn with it are exact fp16 values */
-static uint16_t to_f16(double x)
-{
-    unsigned s = signbit(x) ? 0x8000u : 0u;
-    double a = fabs(x);
-    int e;
-    long mant;
-    if (isnan(x)) return 0x7e00u;
-    if (a < ldexp(1.0, -14)) return (uint16_t)(s | (unsigned)lrint(ldexp(a, 24)));
-    a = frexp(a, &e); /* a in [0.5, 1) */
-    mant = lrint(a * 2048.0); /* exact product; the default mode rounds half to even */
-    if (mant == 2048) {
-        mant = 1024;
-        ++e;
-    }
-    if (e + 14 >= 31) return (uint16_t)(s | 0x7c00u);
-    return (uint16_t)(s | ((unsigned)(e + 14) << 10) | (unsigned)(mant - 1024));
-}
-
-static double f16_value(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f;
-    double m = h & 0x3ff, x = e ? ldexp(1024.0 + m, e - 25) : ldexp(m, -24);
-    if (e == 31) x = m != 0 ? (double)NAN : (double)INFINITY;
-    return (h & 0x8000u) ? -x : x;
-}
-
-/* ---- buffers: [B][H][R][C] views, fp32 or fp16 ------------------------------ */
-
-typedef struct {
-    favor_tensor t;
-    void *data;
-    size_t len; /* elements */
-    size_t esz; /* bytes of one */
-} gbuf;
-
-static void gb_put(gbuf *b, size_t i, double x)
-{
-    if (b->esz == 4) ((float *)b->data)[i] = (float)x;
-    else ((uint16_t *)b->data)[i] = to_f16(x);
-}
-
-/* a B x H x R x C view, packed (inter 0) or rows outside heads ([B][R][H][C],
- * inter 1), elements N(0, sigma^2) (sigma < 0: NaN, an output to be written) */
-static void gb_make(gbuf *b, favor_dtype dt, size_t B, size_t H, size_t R, size_t C,
-                    int inter, tu_rng *rng, double sigma)
-{
-    size_t i;
-    b->esz = dt == FAVOR_F32 ? 4 : 2;
-    b->len = B * H * R * C;
-    b->data = xmalloc(b->len * b->esz);
-    b->t = favor_tensor_batched(dt, b->data, B, H, R, C);
-    if (inter) { /* [B][R][H][C] */
-        b->t.head_stride = C;
-        b->t.row_stride = H * C;
-    }
-    for (i = 0; i < b->len; ++i) gb_put(b, i, sigma < 0 ? (double)NAN : sigma * tu_normal(rng));
-}
+/* ---- buffers (gbuf of gated_util.h): fills, bits, row ranges, checks ---------- */
 
 static void gb_fill(gbuf *b, double x)
 {
     size_t i;
     for (i = 0; i < b->len; ++i) gb_put(b, i, x);
-}
-
-static size_t gb_index(const favor_tensor *t, size_t b, size_t h, size_t r, size_t c)
-{
-    return (t->batch > 1 ? b * t->batch_stride : 0) + h * t->head_stride + r * t->row_stride + c;
-}
-
-static double gb_get(const favor_tensor *t, size_t b, size_t h, size_t r, size_t c)
-{
-    size_t i = gb_index(t, b, h, r, c);
-    return t->dtype == FAVOR_F32 ? (double)((const float *)t->data)[i]
-                                 : f16_value(((const uint16_t *)t->data)[i]);
-}
-
-static void gb_set(const favor_tensor *t, size_t b, size_t h, size_t r, size_t c, double x)
-{
-    size_t i = gb_index(t, b, h, r, c);
-    if (t->dtype == FAVOR_F32) ((float *)t->data)[i] = (float)x;
-    else ((uint16_t *)t->data)[i] = to_f16(x);
 }
 
 /* the bits of element (b, h, r, c), for bit-identity checks of either width */
@@ -237,13 +141,6 @@ static favor_tensor gb_rows(const favor_tensor *t, size_t r0, size_t rows)
     return v;
 }
 
-static void *gb_snap(const gbuf *b)
-{
-    void *p = xmalloc(b->len * b->esz);
-    memcpy(p, b->data, b->len * b->esz);
-    return p;
-}
-
 static int gb_same(const gbuf *b, const void *snap)
 {
     return memcmp(b->data, snap, b->len * b->esz) == 0;
@@ -255,24 +152,13 @@ static gbuf gb_widen(const gbuf *b)
     gbuf w = *b;
     size_t i;
     w.esz = 4;
-    w.data = xmalloc(b->len * 4);
+    w.data = tu_xmalloc(b->len * 4);
     w.t.data = w.data;
     w.t.dtype = FAVOR_F32;
     for (i = 0; i < b->len; ++i)
         ((float *)w.data)[i] = b->esz == 4 ? ((const float *)b->data)[i]
                                            : (float)f16_value(((const uint16_t *)b->data)[i]);
     return w;
-}
-
-/* batch element b as a packed double array [H][R][C] */
-static double *gb_elem(const favor_tensor *t, size_t b)
-{
-    size_t h, r, c, i = 0;
-    double *p = dalloc(t->heads * t->rows * t->cols);
-    for (h = 0; h < t->heads; ++h)
-        for (r = 0; r < t->rows; ++r)
-            for (c = 0; c < t->cols; ++c) p[i++] = gb_get(t, b, h, r, c);
-    return p;
 }
 
 /* max |t - ref| over every element of a batched view (ref packed [B][H][R][C]);
@@ -304,75 +190,6 @@ static int gb_finite(const favor_tensor *t, size_t B)
 }
 
 /* ---- the float64 reference -------------------------------------------------- */
-
-static size_t ref_w(const favor_features *f)
-{
-    return f->kernel == FAVOR_IDENTITY ? f->dim : favor_features_width(f);
-}
-
-/* the unstabilized map of `rows` rows of x */
-static void ref_phi(const favor_features *f, const double *x, size_t rows, double *phi)
-{
-    size_t i;
-    if (f->kernel == FAVOR_IDENTITY) {
-        double rs = sqrt((double)f->scale);
-        for (i = 0; i < rows * f->dim; ++i) phi[i] = rs * x[i];
-    } else {
-        ref_features(f, x, rows, 0, phi);
-    }
-}
-
-typedef struct {
-    size_t hq, hkv, n, nk, dv;
-    int causal, no_norm;
-} rdims;
-
-/* The forward, token by token (tests/test_gated.c's recurrence), for the central
- * differences: q hq x n x d, k hkv x nk x d, v hkv x nk x dv (packed double), lg
- * hkv x nk log-decays g_t + log gamma (NULL: none; causal only), out hq x n x dv.
- * Not causal: every row after the last key. */
-static void gref_linear(const favor_features *f, const rdims *r, const double *q,
-                        const double *k, const double *v, const double *lg, double *out)
-{
-    size_t d = f->dim, w = ref_w(f), dv = r->dv, n = r->n, nk = r->nk;
-    size_t group = r->hq / r->hkv, g, h, i, t, l, c;
-    double *pq = dalloc(r->hq * n * w), *pk = dalloc(nk * w);
-    double *S = dalloc(w * dv), *z = dalloc(w);
-    ref_phi(f, q, r->hq * n, pq);
-    for (i = 0; i < r->hq * n * dv; ++i) out[i] = 0;
-    for (g = 0; g < r->hkv; ++g) {
-        ref_phi(f, k + g * nk * d, nk, pk);
-        memset(S, 0, w * dv * sizeof *S);
-        memset(z, 0, w * sizeof *z);
-        for (t = 0; t < nk; ++t) {
-            double a = lg ? exp(lg[g * nk + t]) : 1.0;
-            const double *p = pk + t * w, *vt = v + (g * nk + t) * dv;
-            size_t i0, i1;
-            for (l = 0; l < w; ++l) {
-                for (c = 0; c < dv; ++c) S[l * dv + c] = a * S[l * dv + c] + p[l] * vt[c];
-                z[l] = a * z[l] + p[l];
-            }
-            if (r->causal ? t + n < nk : t + 1 < nk) continue; /* no row at position t */
-            i0 = r->causal ? t + n - nk : 0;
-            i1 = r->causal ? i0 + 1 : n;
-            for (h = g * group; h < (g + 1) * group; ++h)
-                for (i = i0; i < i1; ++i) {
-                    const double *pi = pq + (h * n + i) * w;
-                    double *o = out + (h * n + i) * dv, den = 0;
-                    for (l = 0; l < w; ++l) {
-                        den += pi[l] * z[l];
-                        for (c = 0; c < dv; ++c) o[c] += pi[l] * S[l * dv + c];
-                    }
-                    if (!r->no_norm)
-                        for (c = 0; c < dv; ++c) o[c] = den != 0 ? o[c] / den : 0.0;
-                }
-        }
-    }
-    free(pq);
-    free(pk);
-    free(S);
-    free(z);
-}
 
 /* dx = J(x)^T dphi for one row x of f's map, by central differences of the double
  * map (step 1e-6 max(1, |x_a|), the step actually taken dividing); xs (2d x d)
@@ -509,36 +326,6 @@ static void gref_backward(const favor_features *f, const rdims *r, const double 
     free(xs); free(ph);
 }
 
-/* ---- features ------------------------------------------------------------------ */
-
-/* f with `kernel` (fixed maps: count d); storage in *store (to free). 0 on success */
-static int feat_make(favor_features *f, float **store, favor_kernel kernel, size_t d, size_t m,
-                     unsigned long long seed)
-{
-    size_t floats;
-    favor_status st;
-    if (tu_fixed(kernel)) m = d;
-    floats = favor_features_floats(kernel, d, m);
-    *store = floats ? (float *)xmalloc(floats * sizeof(float)) : NULL;
-    st = favor_features_init(f, kernel, d, m, 0, seed, *store);
-    if (st != FAVOR_OK) {
-        print_error("  favor_features_init(%s, d %u, m %u): %s\n", tu_kernel_name(kernel),
-                    (unsigned)d, (unsigned)m, favor_status_string(st));
-        free(*store);
-        *store = NULL;
-        return 1;
-    }
-    return 0;
-}
-
-static float draw_gate(tu_rng *r, int style, size_t t)
-{
-    double x = (style == GS_MILD ? 7.0 : 1.0) + 1.5 * tu_normal(r);
-    if (style == GS_EXTREME && t % 7 == 3) return -20.0f;
-    if (style == GS_EXTREME && t % 5 == 1) return 0.0f;
-    return (float)-log1p(exp(-x)); /* log(sigmoid(x)) */
-}
-
 /* ---- (1a) the reference against central differences ------------------------- */
 
 typedef struct {
@@ -563,7 +350,7 @@ static double fd_loss(const favor_features *f, const rdims *r, const double *q,
 {
     size_t i;
     double L = 0;
-    gref_linear(f, r, q, k, v, lg, obuf);
+    gref_linear(f, r, q, k, v, lg, obuf, NULL);
     for (i = 0; i < r->hq * r->n * r->dv; ++i) L += dout[i] * obuf[i];
     return L;
 }
@@ -583,9 +370,7 @@ static int ref_fd_case(const tshape *s, size_t si, favor_kernel kernel, int nn, 
     double *dgm, *dgn, mass;
     int fails = 0, nargs;
     if (feat_make(&f, &store, kernel, s->d, m, 50 + si * 8 + (unsigned)kernel)) return 1;
-    r.hq = s->hq; r.hkv = s->hkv; r.n = s->n; r.nk = s->nk; r.dv = s->dv;
-    r.causal = gmode != G_FULL;
-    r.no_norm = nn;
+    r = rdims_make(s->hq, s->hkv, s->n, s->nk, s->dv, gmode != G_FULL, nn);
     cnt[0] = s->hq * s->n * s->d;
     cnt[1] = s->hkv * s->nk * s->d;
     cnt[2] = s->hkv * s->nk * s->dv;
@@ -702,14 +487,6 @@ typedef struct {
     favor_options opt; /* flags, decay, gates and dgates (with gates) set */
 } prob;
 
-static void fill_gates(const favor_tensor *G, tu_rng *rng, int style, size_t r0)
-{
-    size_t b, h, r, B = G->batch ? G->batch : 1;
-    for (b = 0; b < B; ++b)
-        for (h = 0; h < G->heads; ++h)
-            for (r = r0; r < G->rows; ++r) gb_set(G, b, h, r, 0, draw_gate(rng, style, r));
-}
-
 /* fresh NaN-filled gradient buffers shaped as p's */
 static void new_grads(const prob *p, gbuf *dq, gbuf *dk, gbuf *dv, gbuf *dg)
 {
@@ -793,14 +570,10 @@ typedef struct {
 static void prob_ref(const prob *p, gref *r)
 {
     const gshape *c = &p->s;
-    size_t b, h, t, nq = c->hq * c->n * c->d, nk = c->hkv * c->nk * c->d;
+    size_t b, nq = c->hq * c->n * c->d, nk = c->hkv * c->nk * c->d;
     size_t nv = c->hkv * c->nk * c->dv, ng = c->hkv * c->nk;
     double *lg = dalloc(ng), gmax = 0, vmax = 0, mass = 0, dgmax = 0;
-    int gated = p->opt.gates || p->opt.decay;
-    rdims rd;
-    rd.hq = c->hq; rd.hkv = c->hkv; rd.n = c->n; rd.nk = c->nk; rd.dv = c->dv;
-    rd.causal = c->causal;
-    rd.no_norm = p->no_norm;
+    rdims rd = rdims_make(c->hq, c->hkv, c->n, c->nk, c->dv, c->causal, p->no_norm);
     r->dq = dalloc(c->B * nq);
     r->dk = dalloc(c->B * nk);
     r->dv = dalloc(c->B * nv);
@@ -810,12 +583,9 @@ static void prob_ref(const prob *p, gref *r)
     for (b = 0; b < c->B; ++b) {
         double *q = gb_elem(&p->Q.t, b), *k = gb_elem(&p->K.t, b), *v = gb_elem(&p->V.t, b);
         double *g = gb_elem(&p->dO.t, b), ms;
-        for (h = 0; h < c->hkv; ++h)
-            for (t = 0; t < c->nk; ++t)
-                lg[h * c->nk + t] = (p->opt.gates ? gb_get(&p->G.t, b, h, t, 0) : 0.0) +
-                                    (p->opt.decay ? log((double)p->decay[h]) : 0.0);
-        gref_backward(&p->f, &rd, q, k, v, g, gated ? lg : NULL, r->dq + b * nq, r->dk + b * nk,
-                      r->dv + b * nv, r->dg + b * ng, r->dgm + b * ng, r->dgn + b * ng, &ms);
+        gref_backward(&p->f, &rd, q, k, v, g, gate_logs(&p->opt, b, c->hkv, c->nk, lg),
+                      r->dq + b * nq, r->dk + b * nk, r->dv + b * nv, r->dg + b * ng,
+                      r->dgm + b * ng, r->dgn + b * ng, &ms);
         if (ms > mass) mass = ms;
         if (tu_max_abs(g, c->hq * c->n * c->dv) > gmax) gmax = tu_max_abs(g, c->hq * c->n * c->dv);
         if (tu_max_abs(v, nv) > vmax) vmax = tu_max_abs(v, nv);

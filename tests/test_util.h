@@ -1,5 +1,6 @@
-/* Shared helpers of the favor.h tests: a seeded generator, tensors in float and
- * double, comparisons, and the backend check every test binary runs first. */
+/* Shared helpers of the favor.h tests: an allocation that exits when out of
+ * memory, a seeded generator, tensors in float and double, comparisons, and the
+ * backend check every test binary runs first. */
 #ifndef FAVOR_TEST_UTIL_H
 #define FAVOR_TEST_UTIL_H
 
@@ -12,6 +13,18 @@
 #include <string.h>
 
 #include "favor.h"
+
+/* malloc that never returns NULL: out of memory ends the test (exit code 2);
+ * 0 bytes allocate 1. */
+static inline void *tu_xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
 
 /* splitmix64: a small deterministic generator for test inputs. */
 typedef struct { uint64_t s; } tu_rng;
