@@ -1719,6 +1719,16 @@ static void favor__scal(float *y, float a, size_t n)
     for (i = nv; i < n; ++i) y[i] *= a;
 }
 
+/* y = a x (y and x not overlapping): a copy and a scaling in one pass, with
+ * no call per row (IDENTITY's map of short rows) */
+static void favor__scal_to(float *y, float a, const float *x, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    favor__vf va = favor__v_set1(a);
+    for (i = 0; i < nv; i += FAVOR__W) favor__v_store(y + i, favor__v_mul(favor__v_load(x + i), va));
+    for (i = nv; i < n; ++i) y[i] = a * x[i];
+}
+
 /* y += a x */
 static void favor__axpy(float *y, float a, const float *x, size_t n)
 {
@@ -2358,8 +2368,7 @@ static void favor__phi_raw(const favor__map *mp, const float *x, size_t ldx, siz
             if (mp->kernel == FAVOR_ELU1) {
                 favor__elu1_array(buf + i * ldb, x + i * ldx, mp->d);
             } else if (mp->kernel == FAVOR_IDENTITY) {
-                memcpy(buf + i * ldb, x + i * ldx, mp->d * sizeof(float));
-                favor__scal(buf + i * ldb, mp->sqs, mp->d);
+                favor__scal_to(buf + i * ldb, mp->sqs, x + i * ldx, mp->d);
             } else {
                 favor__poly2_row(buf + i * ldb, x + i * ldx, mp->d, mp->sqs);
             }
@@ -2450,10 +2459,7 @@ static void favor__phi_backward(const favor__map *mp, const float *x, size_t ldx
         return;
     }
     if (mp->kernel == FAVOR_IDENTITY) { /* dx = sqrt(s) dphi */
-        for (i = 0; i < rows; ++i) {
-            memcpy(dx + i * lddx, dphi + i * ldd, d * sizeof(float));
-            favor__scal(dx + i * lddx, gain, d);
-        }
+        for (i = 0; i < rows; ++i) favor__scal_to(dx + i * lddx, gain, dphi + i * ldd, d);
         return;
     }
     for (i = 0; i < rows; ++i) { /* dphi row -> the m-wide vector W^T is applied to */
@@ -4631,7 +4637,18 @@ typedef struct {
     size_t cap;  /* C: rows of the chunk buffers */
     const double *lg; /* gated: the chunk's log-gates l_t (NULL: ungated)      */
     double *dd;       /* gated: D_j (cap doubles)                              */
+    size_t nsep;      /* gated: the chunk's first keys, with D_j - D_0 <= FAVOR__SEP,
+                         that kf holds times exp(D_j - D_0) (see below)        */
 } favor__chunk;
+
+/* A gated chunk's pair factor exp(D_j - D_i) is split, for its first nsep keys
+ * (D_j - D_0 <= FAVOR__SEP), into the key's exp(D_j - D_0), applied to kf once,
+ * and the row's exp(D_0 - D_i): one exponential per row instead of one per
+ * pair; the later keys keep exact pair factors. Every quantity depends on keys
+ * <= its own row only, so outputs keep ignoring later keys bit for bit. A split
+ * factor errs by about 2^-24 (FAVOR__SEP + D_i - D_0) relative, beside the
+ * exact one's 2^-24 (D_i - D_j): at most 5e-7 more. */
+#define FAVOR__SEP 8.0
 
 static size_t favor__chunk_floats(size_t C, size_t w) { return 3 * C * w + C * C + 4 * C; }
 
@@ -4641,6 +4658,7 @@ static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
     cb->comp = cb->tile = NULL;
     cb->lg = NULL;
     cb->dd = NULL;
+    cb->nsep = 0;
     cb->kf = p; p += C * w;
     cb->kt = p; p += w * C;
     cb->qf = p; p += C * w;
@@ -4666,6 +4684,26 @@ static void favor__kahan_add(float *s, float *e, const float *t, size_t n)
     for (i = nv; i < n; ++i) {
         float y = t[i] - e[i], u = s[i] + y;
         e[i] = (u - s[i]) - y;
+        s[i] = u;
+    }
+}
+
+/* s = f s + t and e = f e (the sum and its errors scaled by f first, as
+ * favor__scal of both would, in the same pass), compensated as favor__kahan_add */
+static void favor__kahan_add_sc(float *s, float *e, float f, const float *t, size_t n)
+{
+    size_t i, nv = n - n % FAVOR__W;
+    favor__vf vf = favor__v_set1(f);
+    for (i = 0; i < nv; i += FAVOR__W) {
+        favor__vf ev = favor__v_mul(favor__v_load(e + i), vf);
+        favor__vf y = favor__v_sub(favor__v_load(t + i), ev);
+        favor__vf sv = favor__v_mul(favor__v_load(s + i), vf), u = favor__v_add(sv, y);
+        favor__v_store(e + i, favor__v_sub(favor__v_sub(u, sv), y));
+        favor__v_store(s + i, u);
+    }
+    for (i = nv; i < n; ++i) {
+        float ev = e[i] * f, sv = s[i] * f, y = t[i] - ev, u = sv + y;
+        e[i] = (u - sv) - y;
         s[i] = u;
     }
 }
@@ -4696,15 +4734,18 @@ static void favor__kahan_axpy(float *s, float *e, float a, const float *x, size_
 #define FAVOR__FOLD 16
 static void favor__state_add(const favor__map *mp, float *S, float *z, float *c, float mnew,
                              const float *kf, const float *V, size_t ldv, size_t nr, size_t dv,
-                             float *E, float *T)
+                             float *E, float *T, float decay)
 {
     size_t j, r, w = mp->width;
     if (*c != mnew) {
-        float e = favor__s_exp(*c - mnew);
-        favor__scal(S, e, w * dv);
-        favor__scal(z, e, w);
-        if (E) favor__scal(E, e, w * (dv + 1));
+        decay *= favor__s_exp(*c - mnew); /* gated calls come with c = mnew */
         *c = mnew;
+    }
+    if (decay != 1.0f && (!E || nr == 1)) { /* else scaled as the sums are added */
+        favor__scal(S, decay, w * dv);
+        favor__scal(z, decay, w);
+        if (E) favor__scal(E, decay, w * (dv + 1));
+        decay = 1.0f;
     }
     if (!E) {
         favor__gemm(w, dv, nr, kf, 1, w, V, ldv, S, dv, 1); /* S += kf^T V, kf read in place */
@@ -4715,11 +4756,13 @@ static void favor__state_add(const favor__map *mp, float *S, float *z, float *c,
     } else {
         memcpy(T, kf, w * sizeof(float));
         for (j = 1; j < nr; ++j) favor__vadd(T, kf + j * w, w);
-        favor__kahan_add(z, E + w * dv, T, w);
+        if (decay != 1.0f) favor__kahan_add_sc(z, E + w * dv, decay, T, w);
+        else favor__kahan_add(z, E + w * dv, T, w);
         for (r = 0; r < w; r += FAVOR__FOLD) { /* S += kf^T V, FOLD rows at a time */
             size_t rows = w - r < FAVOR__FOLD ? w - r : FAVOR__FOLD;
             favor__gemm(rows, dv, nr, kf + r, 1, w, V, ldv, T, dv, 0);
-            favor__kahan_add(S + r * dv, E + r * dv, T, rows * dv);
+            if (decay != 1.0f) favor__kahan_add_sc(S + r * dv, E + r * dv, decay, T, rows * dv);
+            else favor__kahan_add(S + r * dv, E + r * dv, T, rows * dv);
         }
     }
 }
@@ -4735,7 +4778,7 @@ static void favor__lin_absorb(const favor__map *mp, float *S, float *z, float *c
     mnew = favor__s_max(favor__maxval(cb->rk, nr), *c);
     for (j = 0; j < nr; ++j) cb->mk[j] = mnew;
     favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
-    favor__state_add(mp, S, z, c, mnew, cb->kf, V, ldv, nr, dv, cb->comp, cb->tile);
+    favor__state_add(mp, S, z, c, mnew, cb->kf, V, ldv, nr, dv, cb->comp, cb->tile, 1.0f);
 }
 
 /* The denominator a row is divided by under the rules of the manual (TRIG:
@@ -4806,10 +4849,15 @@ static int favor__chunk_keys(const favor__map *mp, float c, const float *K, size
             cb->mk[j] = m = (double)cb->rk[j] > t ? cb->rk[j] : (float)t;
             cb->dd[j] = (double)m - G;
         }
+        for (cb->nsep = 1; cb->nsep < nr && cb->dd[cb->nsep] - cb->dd[0] <= FAVOR__SEP;)
+            ++cb->nsep;
     } else {
         for (j = 0; j < nr; ++j) cb->mk[j] = m = favor__s_max(cb->rk[j], m);
+        cb->nsep = 0;
     }
     favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
+    for (j = 1; j < cb->nsep; ++j) /* the keys' share, exp(D_j - D_0) */
+        favor__scal(cb->kf + j * w, favor__s_exp((float)(cb->dd[j] - cb->dd[0])), w);
     favor__transpose(nr, w, cb->kf, w, cb->kt, cb->cap);
     *mrun = m;
     return cb->lg || (favor__stabilized(mp->kernel) && cb->mk[0] != m);
@@ -4822,16 +4870,22 @@ static float favor__chunk_e(const favor__chunk *cb, float c, size_t i)
     return favor__s_exp(c - cb->mk[i]);
 }
 
-/* the factors exp(m_j - m_i) (gated: exp(D_j - D_i)) of keys j < n into cb->g */
+/* the factors exp(m_j - m_i) (gated: exp(D_j - D_i)) of keys j < n, as kf holds
+ * them, into cb->g: gated, the row's exp(D_0 - D_i) for the first nsep keys */
 static void favor__chunk_factors(const favor__chunk *cb, size_t i, size_t n)
 {
-    size_t j;
+    size_t j, ns;
     if (!cb->lg) {
         favor__exp_add(cb->g, cb->mk, -cb->mk[i], n);
         return;
     }
-    for (j = 0; j < n; ++j) cb->g[j] = (float)(cb->dd[j] - cb->dd[i]);
-    favor__exp_add(cb->g, cb->g, 0.0f, n);
+    ns = cb->nsep < n ? cb->nsep : n;
+    if (ns) {
+        float f = favor__s_exp((float)(cb->dd[0] - cb->dd[i]));
+        for (j = 0; j < ns; ++j) cb->g[j] = f;
+    }
+    for (j = ns; j < n; ++j) cb->g[j] = (float)(cb->dd[j] - cb->dd[i]);
+    favor__exp_add(cb->g + ns, cb->g + ns, 0.0f, n - ns);
 }
 
 /* The scores of a causal chunk for one query head, after favor__chunk_keys: qf,
@@ -4847,9 +4901,10 @@ static void favor__chunk_scores(const favor__map *mp, float c, const float *z, c
     favor__gemm_lower(nr, w, cb->qf, w, cb->kt, C, cb->a, C); /* future keys: 0 */
     for (i = 0; i < nr; ++i) {
         float *ai = cb->a + i * C;
-        if (rising && i > 0) { /* a_ij *= exp(m_j - m_i) */
-            favor__chunk_factors(cb, i, i);
-            favor__vmul(ai, cb->g, i);
+        size_t nf = cb->lg ? i + 1 : i; /* gated: the diagonal too (kf's share) */
+        if (rising && nf) { /* a_ij *= exp(m_j - m_i) */
+            favor__chunk_factors(cb, i, nf);
+            favor__vmul(ai, cb->g, nf);
         }
         if (mp->nonorm) /* the scale of the row's numerator (4.10) */
             cb->rq[i] = favor__stabilized(mp->kernel) ? favor__s_exp(cb->rq[i] + cb->mk[i]) : 1.0f;
@@ -4888,20 +4943,16 @@ static void favor__chunk_absorb(const favor__map *mp, float *S, float *z, float 
                                 size_t dv, favor__chunk *cb)
 {
     size_t j, w = mp->width;
-    if (rising) {
+    float decay = 1.0f;
+    if (rising) { /* gated: the last key too (kf's share) */
         favor__chunk_factors(cb, nr - 1, nr);
-        for (j = 0; j + 1 < nr; ++j) favor__scal(cb->kf + j * w, cb->g[j], w);
+        for (j = 0; j + (cb->lg ? 0 : 1) < nr; ++j) favor__scal(cb->kf + j * w, cb->g[j], w);
     }
     if (cb->lg && *c != -INFINITY) { /* the state decays: exp(c - D_last) */
-        float e = favor__s_exp((float)((double)*c - cb->dd[nr - 1]));
-        if (e != 1.0f) {
-            favor__scal(S, e, w * dv);
-            favor__scal(z, e, w);
-            if (cb->comp) favor__scal(cb->comp, e, w * (dv + 1));
-        }
+        decay = favor__s_exp((float)((double)*c - cb->dd[nr - 1]));
         *c = mrun;
     }
-    favor__state_add(mp, S, z, c, mrun, cb->kf, V, ldv, nr, dv, cb->comp, cb->tile);
+    favor__state_add(mp, S, z, c, mrun, cb->kf, V, ldv, nr, dv, cb->comp, cb->tile, decay);
 }
 
 /* The chunk length of the causal passes: the intra-chunk work per token is
@@ -5608,6 +5659,7 @@ static void favor__pend_chunk(const favor_state *st, size_t g, const favor__chun
     cb->comp = st->comp + g * w * (dv + 1);
     cb->lg = NULL;
     cb->dd = NULL;
+    cb->nsep = 0; /* the block keeps its keys at their own m_j */
 }
 
 /* a gated pending block's l_j (as doubles) and D_j for its first n tokens;
@@ -7130,9 +7182,11 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
             favor__scal(u, e, w); /* den dphi(q_i) = e (S g_i - og z) + b_i kf */
             favor__axpy(u, -e * og, b->z, w);
             for (j = 0; j <= i; ++j) bi[j] -= og;
-            if (rising && i > 0) { /* b_ij *= exp(m_j - m_i), gated exp(D_j - D_i) */
-                favor__chunk_factors(&b->cb, i, i);
-                favor__vmul(bi, b->cb.g, i);
+            if (rising && (i > 0 || b->cb.lg)) {
+                /* b_ij *= exp(m_j - m_i), gated exp(D_j - D_i) as kf holds them */
+                size_t nf = b->cb.lg ? i + 1 : i;
+                favor__chunk_factors(&b->cb, i, nf);
+                favor__vmul(bi, b->cb.g, nf);
             }
         }
         favor__gemm_tri(nr, w, 0, b->b, C, 1, b->cb.kf, w, b->dphi, w); /* += b kf */
