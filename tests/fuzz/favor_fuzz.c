@@ -6,15 +6,16 @@
  * or, without libFuzzer, with tests/fuzz/replay_main.c (gcc, valgrind, ...).
  *
  * One input is one scenario. Its first byte picks the operation (bits 0-2), the
- * element-type extension (bit 3), the batch extension (bit 4) and the variant
- * extension (bit 5; bits 6-7 are ignored):
+ * element-type extension (bit 3), the batch extension (bit 4), the variant
+ * extension (bit 5) and the gated extension (bit 6; bit 7 is ignored):
  *     0 favor_softmax_attention (+_workspace)
  *     1 favor_softmax_attention_backward (+_workspace)
  *     2 favor_linear_attention (+_workspace)
  *     3 favor_linear_attention_backward (+_workspace)
  *     4 favor_feature_map
- *     5 favor_state_floats/init/reset, favor_linear_extend (+_workspace), favor_linear_step
- *     6 favor_features_init/redraw/width/floats
+ *     5 favor_state_floats/init/reset, favor_linear_extend (+_workspace), favor_linear_step,
+ *       favor_linear_step_ex (gated extension: step kind 5; kind 6 stays favor_linear_step)
+ *     6 favor_features_init/redraw/width/floats (gated extension: FAVOR_IDENTITY too)
  *     7 favor_status_string, favor_tensor_packed(_as), favor_tensor_batched (batch
  *       extension: 8 more bytes, the batch), favor_default_options, favor_backend,
  *       and every entry point with NULL arguments
@@ -67,7 +68,26 @@
  * bytes as any view's: aliased onto another view, NULL tensor = no mask, off by
  * one, ...), then count - 1 bytes of query cuts and count - 1 of key cuts. Without
  * the bit nothing more is read and every variant is off (the flag byte's
- * FAVOR_WINDOW, once an unknown flag, is then a window of sides 0). The rest of
+ * FAVOR_WINDOW, once an unknown flag, is then a window of sides 0). With bit 6
+ * set (gated linear attention; dec_gt has the details), every feature
+ * configuration takes one more byte (FAVOR_IDENTITY instead of the kernel; a
+ * map without W initialized with count d or 0) and the options 4 more bytes
+ * after the variants' (if any): which of FAVOR_NO_NORM, opts.decay, opts.gates,
+ * opts.dgates and FAVOR_CAUSAL are on; the decay's values (in (0, 1]: typical,
+ * 1, FLT_MIN and 1e-45, 1/2; or one head 0, 1.5, NaN or -0.5) and placement
+ * (its own buffer of exactly heads_kv floats, or over another view's bytes or
+ * the gates'); the log-gates' pattern (uniform in [-1, 0], exact zeros, log
+ * sigmoids, -80, edges down to -FLT_MAX, -|payload|, log 1/2), one bad value
+ * (+0.5, NaN, -inf, +1e-45) and a forced dtype; dgates' forced dtype, or dgates
+ * passed as the gates tensor itself. The gates ([batch][heads_kv][n_k][1]) and
+ * dgates (shaped as the gates) are tensor views after the variants' views and
+ * cuts, decoded as any view (layout, off by one in heads, rows or cols,
+ * aliased onto another view, dtype and batch bytes; a NULL tensor pointer is
+ * none). Every call taking options reads them: softmax must refuse any of them,
+ * the linear forward, extend and step_ex ignore dgates, favor_linear_step
+ * takes none (but refuses FAVOR_IDENTITY). Without the bit nothing more is read
+ * and FAVOR_IDENTITY, FAVOR_NO_NORM and the gates are never drawn, so older
+ * inputs decode exactly as before. The rest of
  * the input is the value payload; when it runs out a PRNG continues. A 16-bit tensor's values are drawn
  * as floats and rounded to its type (raw bit patterns: 16 raw bits).
  *
@@ -95,7 +115,10 @@
  *       is finite (lse may be -inf for a row that sees no key, as documented).
  *       Variants: the mask and sinks may also hold -inf (a NaN or +inf in the mask,
  *       a slope or sink above 1e4 drop the promise), any accepted softcap keeps it;
- *       dsinks is an output like the others.
+ *       dsinks is an output like the others. Gated: decay and the log-gates are
+ *       inputs (a log-gate below -1e4 drops the promise), dgates an output;
+ *       FAVOR_NO_NORM with POSITIVE, HYPERBOLIC or TRIG drops the promise, as
+ *       the manual says (every other map keeps it without the normalizer).
  *   I5  a call given exactly favor_*_workspace() bytes never returns
  *       FAVOR_E_WORKSPACE; a call given a workspace never calls FAVOR_MALLOC.
  *   I6  a call that is certainly invalid (NULL, zero size, rows that overlap,
@@ -107,7 +130,14 @@
  *       space or sharing a byte with a tensor, lse, the mask, sinks or alibi; a mask
  *       of the wrong rows, cols, heads, batch or dtype, or under an output; bad
  *       sequence offsets; any score variant (window flag, softcap, alibi, sinks,
- *       dsinks, mask) on linear attention, seqs on favor_linear_extend) does not
+ *       dsinks, mask) on linear attention, seqs on favor_linear_extend; gated:
+ *       FAVOR_NO_NORM, decay, gates or dgates on softmax, decay or gates on a
+ *       non-causal linear call, a gamma outside (0, 1], a log-gate > 0, NaN or
+ *       -inf, gates not fp32 or not shaped [batch][heads_kv][n_k][1], FAVOR_IDENTITY
+ *       without FAVOR_NO_NORM (also with opts NULL and for favor_linear_step),
+ *       dgates without gates, not fp32, shaped unlike the gates, the gates
+ *       tensor itself, or sharing an element with anything, an output over the
+ *       gates or the decay) does not
  *       return FAVOR_OK; a call that
  *       is certainly valid (every tensor laid out by the library's documented rule,
  *       over its rows, heads and batch, no output's byte span meeting another's
@@ -119,13 +149,16 @@
  *       and outputs pre-filled with different garbage: bit-identical results (a
  *       read of uninitialised workspace or output would show).
  *   I8  softmax outputs (and positive-feature linear outputs of nice inputs) lie in
- *       the range of the visible values, within the documented accuracy.
+ *       the range of the visible values, within the documented accuracy (decay
+ *       and gates only reweight the keys, so also with them; not with
+ *       FAVOR_NO_NORM or FAVOR_IDENTITY).
  *   I9  features: W finite, W^T its transpose, orthogonal blocks, regular norms,
  *       redraw with the same seed bit-identical; state init/reset contents.
  *   I10 forward calls whose rules hide keys (causal, a window, packed sequences;
  *       flag 4): keys and values from a cut on, replaced by other values (NaN and
  *       inf included with flag 0x80), do not change the rows whose keys all lie
- *       before the cut.
+ *       before the cut; nor do the log-gates from the cut on (other valid values,
+ *       -80 and 0 with flag 0x80), when they are alone in their buffer.
  *   I11 element types: a tensor whose dtype is outside the enum makes the call
  *       return FAVOR_E_ARG (or FAVOR_E_NULL, _SHAPE, _OVERFLOW, but only when a check
  *       the library makes first, in its order, may fail: a NULL pointer, the
@@ -140,6 +173,13 @@
  *       output is never NaN, nor inf unless it is fp16 (overflow: I12 decides).
  *   I13 backward calls: a key no row can see by the rules has zero dk and dv (always
  *       for the keys of a packed sequence without rows; under I4 for the others).
+ *   I14 OpenMP builds only (run.sh builds none; see README.md): with the flag bit
+ *       set, 1, 2 and 3 threads (allocated workspaces, other output garbage) give
+ *       the first call's bits, every call taking options (the gated ones too).
+ *       Thread counts above 8 are decoded as 8 there (a slice per thread).
+ *   I15 gated: a successful linear backward with dgates writes every element of
+ *       dgates (I3), finite under I4, and dg of each sequence's first key is 0
+ *       exactly; FAVOR_IDENTITY's feature map is sqrt(s) x within its roundings.
  * FINDING-8 and FINDING-9 are fixed: an output over alibi's or sinks' bytes must
  * be refused (the workspace is still never placed over them), and the workspace
  * queries are asked with any offsets and masks. A backward call with fp32 q, k, v and
@@ -426,7 +466,7 @@ typedef struct {
     int topaddr;       /* data near the top of the address space            */
     int kind;          /* a score-variant buffer (K_MASK, ...) or K_TENSOR  */
 } fz_view;
-enum { K_TENSOR = 0, K_MASK, K_ALIBI, K_SINKS, K_DSINKS };
+enum { K_TENSOR = 0, K_MASK, K_ALIBI, K_SINKS, K_DSINKS, K_GATES, K_DGATES, K_DECAY };
 
 #define FZ_MAXV 24
 #define FZ_MAXB 32
@@ -628,12 +668,22 @@ static size_t dec_dim(unsigned b)
 }
 static int dec_kernel(unsigned b)
 {
-    static const int bad[] = {7, 8, -1, 100, INT_MAX, INT_MIN}; /* 6: FAVOR_IDENTITY, not drawn yet */
+    /* 6, FAVOR_IDENTITY, comes from the gated extension's byte (dec_fcfg) */
+    static const int bad[] = {7, 8, -1, 100, INT_MAX, INT_MIN};
     if (b < 250) return (int)(b % 6);
     return bad[b - 250];
 }
-/* the maps without W (ELU1, POLY2): count is d, no storage */
-static int fz_fixed(int kernel) { return kernel == FAVOR_ELU1 || kernel == FAVOR_POLY2; }
+/* the maps without W (ELU1, POLY2, IDENTITY): count is d, no storage */
+static int fz_fixed(int kernel)
+{
+    return kernel == FAVOR_ELU1 || kernel == FAVOR_POLY2 || kernel == FAVOR_IDENTITY;
+}
+/* the maps of exponential features: their unnormalized sums (FAVOR_NO_NORM) may
+ * overflow, as the manual says */
+static int fz_exp_map(int kernel)
+{
+    return kernel == FAVOR_POSITIVE || kernel == FAVOR_HYPERBOLIC || kernel == FAVOR_TRIG;
+}
 static unsigned dec_oflags(unsigned b)
 {
     static const unsigned bad[] = {2u, 0x80u, 0xffffffffu, 0x80000001u, 8u, 0x100u};
@@ -652,6 +702,7 @@ static float dec_scale(unsigned b, unsigned b2)
 /* the element type of a tensor (extended inputs): mostly fp32, often 16-bit,
  * rarely a value outside the enum */
 static int g_dt_ext;     /* the first byte's bit 3: each tensor has a dtype byte */
+static int g_gt_ext;     /* the first byte's bit 6: gated linear attention (dec_gt) */
 static int g_twin_block; /* the operation forbids the fp32 twin (I12; see op_state) */
 static size_t g_twins;   /* fp32 twins run */
 static favor_dtype dec_dtype(unsigned b)
@@ -685,6 +736,11 @@ static int dec_threads(unsigned b)
 {
     static const int tab[] = {1, 2, 3, 64, -1, INT_MIN, INT_MAX, -7};
     if (b < 200) return 0;
+#ifdef _OPENMP
+    /* OpenMP builds: the workspace (and its query) holds a slice per thread, so
+     * 64 and INT_MAX become 8 (without OpenMP the count is only validated) */
+    if (tab[(b - 200) % 8] > 8) return 8;
+#endif
     return tab[(b - 200) % 8];
 }
 
@@ -1293,11 +1349,15 @@ static int all_inprom(void)
             return 0;
     return 1;
 }
+/* the inputs are nice (|x| <= 4); log-gates and decays only scale the weights
+ * of a convex combination, so they do not count */
 static int all_nice(void)
 {
     int i;
     for (i = 0; i < g_nv; ++i)
-        if (g_v[i].used && g_v[i].mem_ok && g_v[i].role == R_IN && !g_v[i].nice) return 0;
+        if (g_v[i].used && g_v[i].mem_ok && g_v[i].role == R_IN && !g_v[i].nice && g_v[i].kind != K_GATES &&
+            g_v[i].kind != K_DECAY)
+            return 0;
     return 1;
 }
 
@@ -1374,11 +1434,12 @@ typedef struct {
     unsigned flags;
     unsigned seed;
     unsigned mut, mutp;
+    int count_d;       /* a map without W initialized with count d (else 0) */
 } fz_fcfg;
 
 static int feat_valid(const favor_features *f)
 {
-    if (!((int)f->kernel >= 0 && (int)f->kernel <= 5)) return 0;
+    if (!((int)f->kernel >= 0 && (int)f->kernel <= FAVOR_IDENTITY)) return 0;
     if (f->flags & ~3u) return 0;
     if (!f->dim || !f->count) return 0;
     if (fz_fixed((int)f->kernel)) {
@@ -1392,7 +1453,7 @@ static int feat_valid(const favor_features *f)
 static size_t feat_width(const favor_features *f)
 {
     switch ((int)f->kernel) {
-    case FAVOR_ELU1: return f->dim;
+    case FAVOR_ELU1: case FAVOR_IDENTITY: return f->dim;
     case FAVOR_POSITIVE: case FAVOR_RELU: return f->count;
     case FAVOR_HYPERBOLIC: case FAVOR_TRIG: return 2 * f->count;
     case FAVOR_POLY2: return f->dim <= 4096 ? 1 + f->dim + f->dim * (f->dim + 1) / 2 : 0;
@@ -1412,6 +1473,12 @@ static void dec_fcfg(fz_rd *r, fz_fcfg *c, size_t d)
     c->mut = rd8(r);
     c->mutp = rd8(r);
     c->d = d;
+    c->count_d = 0;
+    if (g_gt_ext) { /* one more byte: FAVOR_IDENTITY (bits 0-1 = 1), count d (bit 2) */
+        b = rd8(r);
+        if ((b & 3u) == 1u) c->kernel = FAVOR_IDENTITY;
+        c->count_d = (b >> 2) & 1;
+    }
 }
 
 /* favor_features_init into exact storage, then (maybe) a mutation of the struct.
@@ -1424,7 +1491,7 @@ static int make_features(const fz_fcfg *c)
     int kernel = c->kernel;
     g_have_f = 0;
     g_fbuf = -1;
-    if (kernel < 0 || kernel > 5 || (c->flags & ~3u) || c->d == 0 ||
+    if (kernel < 0 || kernel > FAVOR_IDENTITY || (c->flags & ~3u) || c->d == 0 ||
         (!fz_fixed(kernel) && c->m == 0))
         kernel = FAVOR_POSITIVE; /* make something valid; mutate below */
     fl = favor_features_floats((favor_kernel)kernel, c->d ? c->d : 1, c->m ? c->m : 1);
@@ -1432,7 +1499,8 @@ static int make_features(const fz_fcfg *c)
         g_fbuf = new_buf(fl * 2);
         alloc_buf(g_fbuf);
     }
-    s = favor_features_init(&g_f, (favor_kernel)kernel, c->d ? c->d : 1, fz_fixed(kernel) ? 0 : (c->m ? c->m : 1),
+    s = favor_features_init(&g_f, (favor_kernel)kernel, c->d ? c->d : 1,
+                            fz_fixed(kernel) ? (c->count_d ? (c->d ? c->d : 1) : 0) : (c->m ? c->m : 1),
                             c->flags & 3u, c->seed, g_fbuf >= 0 ? (float *)(void *)g_b[g_fbuf].mem : NULL);
     if (s != FAVOR_OK) FZ_FAIL("favor_features_init rejected a valid configuration: %s", favor_status_string(s));
     g_have_f = 1;
@@ -1494,7 +1562,16 @@ typedef struct {
     fz_view *mask, *alibi, *sinks, *dsinks;
     size_t *seq_q, *seq_k;   /* exact-size copies (offsets), or NULL */
     int dsinks_top;          /* dsinks near the top of the address space */
+    /* gated linear attention (bit 6 of the first byte; see dec_gt) */
+    unsigned gt_on;          /* 1 FAVOR_NO_NORM, 2 decay, 4 gates, 8 dgates, 16 FAVOR_CAUSAL */
+    unsigned gt_b[4];        /* the gated bytes: on, decay mode, gates mode, dgates mode */
+    int gk;                  /* which call (GK_*) the gated options go to */
+    fz_view *gates, *dgates, *decay;
 } fz_ocfg;
+/* the calls that see the gated options: softmax (refuses them), linear forward
+ * and backward, favor_linear_extend, favor_linear_step_ex, favor_linear_step
+ * (no options) */
+enum { GK_SOFTMAX = 0, GK_LIN, GK_LINB, GK_EXT, GK_STEPX, GK_STEP };
 
 /* Score variants: bit 5 of the first byte (ignored before variants existed)
  * makes dec_ocfg read 10 more bytes after its 8: which variants are on (bit 0
@@ -1545,7 +1622,15 @@ static void dec_ocfg(fz_rd *r, fz_ocfg *c)
         if (c->sv_on & 1u) c->o.flags |= FAVOR_WINDOW;
         if (c->sv_on & 2u) c->o.softcap = dec_cap(c->sv_b[3]);
     }
-    c->opt_ok = !c->use_opts || (!(c->o.flags & ~3u) && c->o.scale >= 0.0f &&
+    if (g_gt_ext) { /* after the variants' bytes: see dec_gt */
+        int i;
+        for (i = 0; i < 4; ++i) c->gt_b[i] = rd8(r);
+        c->gt_on = c->gt_b[0] & 0x1fu;
+        if (c->gt_on & 1u) c->o.flags |= FAVOR_NO_NORM;
+        if (c->gt_on & 16u) c->o.flags |= FAVOR_CAUSAL;
+    }
+    /* FAVOR_CAUSAL, FAVOR_WINDOW, FAVOR_NO_NORM (which softmax refuses: verdict_gt) */
+    c->opt_ok = !c->use_opts || (!(c->o.flags & ~7u) && c->o.scale >= 0.0f &&
                                   c->o.scale <= FLT_MAX && c->o.threads >= 0);
     c->ws_buf = -1;
     ctx("opts{%s flags=%#x scale=%g threads=%d ws_mode=%d lse_mode=%d} ", c->use_opts ? "" : "NULL",
@@ -1554,6 +1639,10 @@ static void dec_ocfg(fz_rd *r, fz_ocfg *c)
         ctx("variants{on=%#x window=%td,%td softcap=%g modes alibi=%u sinks=%u dsinks=%u mask=%u seqs=%u/%u} ",
             c->sv_on, c->o.window_left, c->o.window_right, (double)c->o.softcap, c->sv_b[4], c->sv_b[5],
             c->sv_b[6], c->sv_b[7], c->sv_b[8], c->sv_b[9]);
+    if (g_gt_ext)
+        ctx("gated{%s%s%s%s%s modes decay=%u gates=%u dgates=%u} ", c->gt_on & 1u ? " NO_NORM" : "",
+            c->gt_on & 2u ? " decay" : "", c->gt_on & 4u ? " gates" : "", c->gt_on & 8u ? " dgates" : "",
+            c->gt_on & 16u ? " +CAUSAL" : "", c->gt_b[1], c->gt_b[2], c->gt_b[3]);
 }
 
 /* The workspace of a call from its query: modes 0 NULL (allocate), 1 exact,
@@ -1964,6 +2053,11 @@ static float sink_value(fz_rd *r, unsigned sm, size_t h, size_t H)
     }
 }
 
+/* a view over W or the state keeps what they hold (as in fill_views): writing
+ * values there would change the features or the state the later calls of the
+ * scenario use, behind the verdicts' back */
+static int over_fixed(const fz_view *v) { return v->buf == g_fbuf || v->buf == g_stbuf; }
+
 /* values of alibi, sinks and the mask (after fill_views; then the promises again) */
 static void fill_sv(fz_rd *r, fz_ocfg *oc)
 {
@@ -1973,12 +2067,13 @@ static void fill_sv(fz_rd *r, fz_ocfg *oc)
     for (k = 0; k < 2; ++k) {
         const fz_view *v = k ? oc->sinks : oc->alibi;
         size_t H = v ? v->t.cols : 0;
+        if (v && over_fixed(v)) continue;
         for (h = 0; v && v->mem_ok && h < H; ++h) {
             float x = k ? sink_value(r, oc->sv_b[5], h, H) : alibi_value(oc->sv_b[4], h, H);
             memcpy((float *)v->t.data + h, &x, 4);
         }
     }
-    if (oc->mask && oc->mask->mem_ok && oc->mask->used) {
+    if (oc->mask && oc->mask->mem_ok && oc->mask->used && !over_fixed(oc->mask)) {
         fz_view *m = oc->mask;
         unsigned mm = oc->sv_b[7], pat = mm >> 1 & 7;
         size_t i, j, n = m->t.rows, nk = m->t.cols, L = 1 + (mm >> 4) % 8;
@@ -2109,6 +2204,246 @@ static void verdict_sv(fz_verdict *vd, fz_ocfg *oc, const fz_view *q, const fz_v
     if (fail && !vd->must_fail) {
         vd->must_fail = 1;
         vd->why_fail = why;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Gated linear attention (bit 6 of the first byte)                         */
+/* ------------------------------------------------------------------------ */
+/* dec_gt: with bit 6 of the first byte set (ignored before gated attention
+ * existed), dec_fcfg reads one more byte (FAVOR_IDENTITY when its bits 0-1 are
+ * 1; bit 2: a map without W initialized with count d, else 0) and dec_ocfg 4
+ * more bytes after the variants' (if any):
+ *     on      bit 0 FAVOR_NO_NORM, 1 decay, 2 gates, 3 dgates, 4 FAVOR_CAUSAL
+ *     decay   bits 0-2 values (below), 3-4 placement (0-1 its own buffer of
+ *             exactly heads_kv floats, 2 over the bytes of the par-th view
+ *             holding enough, 3 over the gates' bytes), 5-7 par
+ *     gates   bits 0-2 the pattern of valid log-gates, 3 one bad value (bits
+ *             6-7: +0.5, NaN, -inf, +1e-45), 4-5 a forced dtype (f16, bf16, 3)
+ *     dgates  bits 0-1 a forced dtype, bit 2: dgates is the gates tensor itself
+ * The gates and dgates are tensor views after the variants' views and cuts
+ * (add_view: their layout, dtype and batch bytes as any view's; a NULL tensor
+ * pointer is none): gates [batch][heads_kv][n_k][1], dgates shaped as the
+ * gates (before its own off-by-one). Every call taking options reads the bytes;
+ * softmax must refuse any of them, linear attention validates them (verdict_gt). */
+static void force_dtype(fz_view *v, unsigned m)
+{
+    static const int dt[] = {FAVOR_F32, FAVOR_F16, FAVOR_BF16, 3};
+    if (!(m & 3u)) return;
+    v->t.dtype = (favor_dtype)dt[m & 3u];
+    v->dt_valid = dtype_ok(v->t.dtype);
+    v->es = v->dt_valid && v->t.dtype != FAVOR_F32 ? 2 : 4;
+    ctx("[%s forced %s] ", v->name, dtype_name(v->t.dtype));
+}
+
+/* the gates and dgates views (after the variants' views) of a call of kind gk */
+static void add_gt_views(fz_rd *r, fz_ocfg *oc, size_t hkv, size_t nk, int gk)
+{
+    oc->gates = oc->dgates = oc->decay = NULL;
+    oc->gk = gk;
+    if (!g_gt_ext) return;
+    if (oc->gt_on & 4u) {
+        oc->gates = add_view(r, "gates", R_IN, hkv, nk, 1);
+        oc->gates->kind = K_GATES;
+        force_dtype(oc->gates, oc->gt_b[2] >> 4);
+    }
+    if (oc->gt_on & 8u) {
+        const fz_view *g = oc->gates;
+        oc->dgates = add_view(r, "dgates", R_OUT, g ? g->t.heads : hkv, g ? g->t.rows : nk, g ? g->t.cols : 1);
+        oc->dgates->kind = K_DGATES;
+        force_dtype(oc->dgates, oc->gt_b[3]);
+    }
+}
+
+/* the calls that read the gated options (not favor_linear_step, nor any with
+ * opts NULL) */
+static int gt_sees(const fz_ocfg *oc) { return oc->use_opts && oc->gk != GK_STEP; }
+
+/* After the layout: decay (k's heads floats, as the library reads them; its own
+ * buffer or over another view's bytes), and which gated views the call sees */
+static void add_gt_ranges(fz_ocfg *oc, const fz_view *k, size_t hkv)
+{
+    unsigned dm = oc->gt_b[1];
+    size_t H = k->mem_ok ? k->t.heads : hkv;
+    int sees = gt_sees(oc);
+    if (!g_gt_ext) return;
+    if ((oc->gt_on & 2u) && H && H <= 64) {
+        int place = (int)(dm >> 3 & 3);
+        const fz_view *onto = place == 3 && oc->gates && oc->gates->mem_ok ? oc->gates : NULL;
+        oc->decay = add_float_view("decay", R_IN, K_DECAY, H, place >= 2, dm >> 5, onto);
+    }
+    if (oc->gates && (!sees || !oc->gates->present)) oc->gates->used = 0;
+    /* dgates: written by the linear backward only (the forward, extend and
+     * step_ex ignore it, softmax refuses it); not when the gates are passed */
+    if (oc->dgates && (!sees || !oc->dgates->present || oc->gk != GK_LINB || (oc->gt_b[3] & 4u)))
+        oc->dgates->used = 0;
+    if (oc->decay && !sees) oc->decay->used = 0;
+}
+
+/* gamma_h of H (decay mode dm): 0 typical, 1 all 1, 2 FLT_MIN and 1e-45, 3 0.5,
+ * then one bad head (index par % H): 4 zero, 5 1.5, 6 NaN, 7 -0.5 */
+static float decay_value(unsigned dm, size_t h, size_t H)
+{
+    int bad = h == (size_t)(dm >> 5) % H;
+    switch (dm & 7u) {
+    case 1: return 1.0f;
+    case 2: return (h & 1) ? 1e-45f : FLT_MIN;
+    case 3: return 0.5f;
+    case 4: return bad ? 0.0f : 0.9f;
+    case 5: return bad ? 1.5f : 0.99f;
+    case 6: return bad ? NAN : 0.75f;
+    case 7: return bad ? -0.5f : 1.0f;
+    default: return 1.0f - ldexpf(1.0f, -(int)(3 + h % 8));
+    }
+}
+
+/* log-gate number i (gates mode gm; the bad one at index bad): 0 uniform in
+ * [-1, 0], 1 all exact 0, 2 log sigmoid of a logit in [-2, 10] with every 5th
+ * an exact 0, 3 -80 at random among small ones, 4 edges (-1e4, -FLT_MAX,
+ * -0, -1e-45, -FLT_MIN, -1e30, 0, -88), 5 -|payload| (up to 1e4), 6 log 1/2,
+ * 7 all -80 */
+static float gate_value(fz_rd *r, const fz_view *g, unsigned gm, size_t i, size_t bad)
+{
+    static const float badv[] = {0.5f, NAN, -INFINITY, 1e-45f};
+    static const float edge[] = {-1e4f, -FLT_MAX, -0.0f, -1e-45f, -FLT_MIN, -1e30f, 0.0f, -88.0f};
+    float u = prng_unif(r, 1.0f);
+    if ((gm & 8u) && i == bad) return badv[gm >> 6 & 3];
+    switch (gm & 7u) {
+    case 1: return 0.0f;
+    case 2: return i % 5 == 0 ? 0.0f : (float)-log1p(exp(-(4.0 + 6.0 * (double)u)));
+    case 3: return (prng(r) & 3) == 0 ? -80.0f : -0.05f * fabsf(u);
+    case 4: return edge[prng(r) & 7];
+    case 5: return -fabsf(gen_value(r, (fz_view *)(uintptr_t)g, 2));
+    case 6: return -0.69314718f;
+    case 7: return -80.0f;
+    default: return -0.5f * (u + 1.0f);
+    }
+}
+
+/* values of the gates and decay (after fill_views, fill_sv; then the promises
+ * again). Views over W or the state keep what those hold, as fill_views does. */
+static void fill_gt(fz_rd *r, fz_ocfg *oc)
+{
+    if (!g_gt_ext) return;
+    if (oc->gates && oc->gates->mem_ok && !over_fixed(oc->gates)) {
+        fz_view *g = oc->gates;
+        size_t h, i, c, N = vheads(g) * g->t.rows * g->t.cols, at = 0, bad = N ? (size_t)(prng(r) % N) : 0;
+        for (h = 0; h < vheads(g); ++h)
+            for (i = 0; i < g->t.rows; ++i)
+                for (c = 0; c < g->t.cols; ++c) VSET(g, h, i, c, gate_value(r, g, oc->gt_b[2], at++, bad));
+    }
+    if (oc->decay && oc->decay->mem_ok && !over_fixed(oc->decay)) {
+        size_t h, H = oc->decay->t.cols;
+        for (h = 0; h < H; ++h) {
+            float x = decay_value(oc->gt_b[1], h, H);
+            memcpy((float *)oc->decay->t.data + h, &x, 4);
+        }
+    }
+    set_promises();
+}
+
+/* the options' pointers to the gated buffers (the views' structs, which the
+ * fp32 twin would swap) */
+static void bind_gt(fz_ocfg *oc)
+{
+    if (!g_gt_ext) return;
+    oc->o.gates = oc->gates && oc->gates->present ? &oc->gates->t : NULL;
+    oc->o.dgates = (oc->gt_on & 8u) && (oc->gt_b[3] & 4u) ? oc->o.gates
+                   : oc->dgates && oc->dgates->present ? &oc->dgates->t : NULL;
+    oc->o.decay = oc->decay ? (const float *)oc->decay->t.data : NULL;
+}
+
+/* The verdict on the gated options (favor__check_gates, favor__check_mods): f
+ * the features the call gets (NULL for softmax), k its keys. Overlaps (an
+ * output over gates or decay, dgates over anything) are in the views' overlap
+ * model (harmful_overlap), the gates' layout in verdict_views. */
+static void verdict_gt(fz_verdict *vd, const fz_ocfg *oc, const favor_features *f, const fz_view *k)
+{
+    const favor_options *o = &oc->o;
+    int gk = oc->gk, sees = gt_sees(oc), fail = 0;
+    int nonorm = sees && (o->flags & FAVOR_NO_NORM);
+    const char *why = NULL;
+    if (gk != GK_SOFTMAX && f && (int)f->kernel == FAVOR_IDENTITY && !nonorm) {
+        fail = 1; /* with opts NULL too, and favor_linear_step */
+        why = "FAVOR_IDENTITY without FAVOR_NO_NORM";
+    }
+    if (sees && gk == GK_SOFTMAX && (nonorm || o->decay || o->gates || o->dgates)) {
+        fail = 1;
+        why = "FAVOR_NO_NORM, decay, gates or dgates on softmax attention";
+    }
+    if (sees && gk != GK_SOFTMAX) {
+        int causal = (gk != GK_LIN && gk != GK_LINB) || (o->flags & FAVOR_CAUSAL);
+        if ((o->decay || o->gates) && !causal) { fail = 1; why = "decay or gates without FAVOR_CAUSAL"; }
+        if (o->decay && k->mem_ok && oc->decay && oc->decay->t.cols >= k->t.heads) {
+            size_t h;
+            for (h = 0; h < k->t.heads; ++h) {
+                float x;
+                memcpy(&x, o->decay + h, 4);
+                if (!(x > 0.0f && x <= 1.0f)) { fail = 1; why = "a decay outside (0, 1]"; }
+            }
+        }
+        if (o->gates) {
+            const fz_view *g = oc->gates;
+            if (g->t.dtype != FAVOR_F32) { fail = 1; why = "gates not fp32"; }
+            if (k->mem_ok && (g->t.heads != k->t.heads || g->t.rows != k->t.rows || tnb(&g->t) != tnb(&k->t) ||
+                              g->t.cols != 1)) {
+                fail = 1;
+                why = "gates not shaped [batch][heads_kv][n_k][1]";
+            }
+            if (g->mem_ok) {
+                size_t h, i;
+                for (h = 0; h < vheads(g); ++h)
+                    for (i = 0; i < g->t.rows; ++i) {
+                        float x = VGET(g, h, i, 0);
+                        if (!(x <= 0.0f && x >= -FLT_MAX)) { fail = 1; why = "a log-gate > 0, NaN or -inf"; }
+                    }
+            }
+        }
+        if (gk == GK_LINB && o->dgates) {
+            const favor_tensor *dg = o->dgates, *g = o->gates;
+            if (!g) { fail = 1; why = "dgates without gates"; }
+            else if (dg == g) { fail = 1; why = "dgates is the gates tensor"; }
+            else {
+                if (dg->dtype != FAVOR_F32) { fail = 1; why = "dgates not fp32"; }
+                if (dg->heads != g->heads || dg->rows != g->rows || tnb(dg) != tnb(g) || dg->cols != 1) {
+                    fail = 1;
+                    why = "dgates shaped unlike the gates";
+                }
+            }
+        }
+    }
+    if (fail && !vd->must_fail) {
+        vd->must_fail = 1;
+        vd->why_fail = why;
+    }
+}
+
+/* the finite-output promise with the gated options: FAVOR_NO_NORM with an
+ * exponential map drops it (the manual: the unnormalized sums may leave
+ * float's range) */
+static int gt_fin_ok(const fz_ocfg *oc, const favor_features *f)
+{
+    return !(g_gt_ext && gt_sees(oc) && (oc->o.flags & FAVOR_NO_NORM) && f && fz_exp_map((int)f->kernel));
+}
+/* FAVOR_NO_NORM in effect (no convex combinations: no range check) */
+static int gt_nonorm(const fz_ocfg *oc) { return g_gt_ext && gt_sees(oc) && (oc->o.flags & FAVOR_NO_NORM); }
+
+/* after a successful linear backward with dgates: every element written and
+ * finite under I4 (check_outputs: dgates is an output), and the first key of
+ * each sequence has dg = 0 exactly (nothing before it decays; the manual) */
+static void check_dgates_first(const char *what, const fz_ocfg *oc, size_t nk)
+{
+    const fz_view *g = oc->dgates;
+    const size_t *sk = oc->o.seq_k ? oc->o.seq_k : oc->o.seq_q;
+    size_t s, h, ns = oc->o.seqs ? oc->o.seqs : 1;
+    if (!g || !g->used || !g->mem_ok || g->t.rows != nk) return;
+    for (s = 0; s < ns; ++s) {
+        size_t k0 = oc->o.seqs ? sk[s] : 0, k1 = oc->o.seqs ? sk[s + 1] : nk;
+        if (k1 <= k0) continue;
+        for (h = 0; h < vheads(g); ++h)
+            if (VGET(g, h, k0, 0) != 0.0f)
+                FZ_FAIL("%s: dgates[%zu][%zu][0] = %g, but the first key of sequence %zu has dg = 0", what, h, k0,
+                        (double)VGET(g, h, k0, 0), s);
     }
 }
 
@@ -2586,6 +2921,9 @@ static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_
         size_t sz0 = oc->o.workspace_size;
         unsigned char *fresh = NULL;
         favor_status s2;
+#ifdef _OPENMP
+        int b2;
+#endif
         keep_first();
         restore_all();
         if (sbytes) memcpy((void *)(uintptr_t)sptr, structs, sbytes);
@@ -2605,6 +2943,37 @@ static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_
         oc->o.workspace_size = sz0;
         if (s2 != FAVOR_OK) FZ_FAIL("%s: the repeated call failed with %s", what, favor_status_string(s2));
         compare_first(what);
+#ifdef _OPENMP
+        /* I14 (OpenMP builds): 1, 2 and 3 threads (allocated workspaces, other
+         * output garbage) give the first call's bits, as the manual says */
+        if (oc->use_opts) {
+            static const int tc[] = {1, 2, 3};
+            int t, th0 = oc->o.threads;
+            for (t = 0; t < 3; ++t) {
+                restore_all();
+                if (sbytes) memcpy((void *)(uintptr_t)sptr, structs, sbytes);
+                garble_outputs(7001u + 17u * (unsigned)t);
+                oc->o.threads = tc[t];
+                oc->o.workspace = NULL;
+                oc->o.workspace_size = 0;
+                s2 = fn(arg);
+                oc->o.threads = th0;
+                oc->o.workspace = ws0;
+                oc->o.workspace_size = sz0;
+                if (s2 != FAVOR_OK)
+                    FZ_FAIL("%s: the call with %d threads failed with %s", what, tc[t], favor_status_string(s2));
+                for (b2 = 0; b2 < g_nb; ++b2) {
+                    size_t k2;
+                    if (g_b[b2].is_ws) continue;
+                    for (k2 = 0; k2 < g_b[b2].len; ++k2)
+                        if (memcmp(g_first[b2] + UNIT * k2, g_b[b2].mem + UNIT * k2, UNIT))
+                            FZ_FAIL("%s: with %d threads instead of %d the result differs at bytes %zu..%zu of "
+                                    "buffer %d", what, tc[t], th0, UNIT * k2, UNIT * k2 + 1, b2);
+                }
+                if (verbose()) fprintf(stderr, "favor_fuzz: %s with %d threads: the same bits\n", what, tc[t]);
+            }
+        }
+#endif
     }
     if (twin_wanted()) run_twin(what, fn, arg, oc, want_finite, (void *)(uintptr_t)sptr, structs, sbytes);
     return s;
@@ -2616,7 +2985,8 @@ static favor_status run_protocol(const char *what, fz_call_fn fn, void *arg, fz_
  * output row whose keys (by the rules: vis_row) all lie before `cut` must come
  * out the same (==, so -0 and +0 match; NaN where it was NaN). */
 static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz_view *o,
-                            const fz_view *k, const fz_view *v, unsigned hflags, const fz_vis *V)
+                            const fz_view *k, const fz_view *v, const fz_view *gates, unsigned hflags,
+                            const fz_vis *V)
 {
     size_t n = o->t.rows, nk = k->t.rows, cut, h, i, j, c, len = vheads(o) * n * o->t.cols;
     float *before;
@@ -2627,6 +2997,20 @@ static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz
         if (&g_v[i2] != k && &g_v[i2] != v && g_v[i2].mem_ok && (g_v[i2].buf == k->buf || g_v[i2].buf == v->buf))
             return;
     cut = (hflags >> 3) % nk;
+    /* the log-gates from the cut on too (other valid values: -80 and 0 with
+     * flag 0x80), when they are alone in their buffer: a row at position p
+     * reads the gates of positions up to p only */
+    if (gates && gates->used && gates->mem_ok && gates->t.rows == nk && gates->buf != k->buf &&
+        gates->buf != v->buf && vheads(gates) == vheads(k)) {
+        for (i2 = 0; i2 < g_nv; ++i2)
+            if (&g_v[i2] != gates && g_v[i2].mem_ok && g_v[i2].buf == gates->buf) break;
+        if (i2 < g_nv) gates = NULL;
+    } else {
+        gates = NULL;
+    }
+    for (h = 0; gates && h < vheads(gates); ++h)
+        for (j = cut; j < nk; ++j)
+            VSET(gates, h, j, 0, (hflags & 0x80) ? ((j & 1) ? -80.0f : 0.0f) : -0.25f * (float)((j + h) % 4));
     before = (float *)fz_alloc(len * sizeof(float));
     for (h = 0; h < vheads(o); ++h)
         for (i = 0; i < n; ++i)
@@ -2655,8 +3039,8 @@ static void check_causality(const char *what, fz_call_fn fn, void *arg, const fz
                 float x = before[(h * n + i) * o->t.cols + c], y = VGET(o, h, i, c);
                 if (!(x == y || (isnan(x) && isnan(y))))
                     FZ_FAIL("%s: out[%zu][%zu][%zu] (sees keys %zu..%zu) changed from %.9g to %.9g when "
-                            "keys/values from %zu on changed", what, h, i, c, lo, hi, (double)x,
-                            (double)y, cut);
+                            "keys/values%s from %zu on changed", what, h, i, c, lo, hi, (double)x,
+                            (double)y, gates ? " and log-gates" : "", cut);
             }
         }
 }
@@ -2725,15 +3109,19 @@ static void place_views(fz_rd *r)
     fill_views(r);
 }
 
-/* the same with the variant buffers (alibi, sinks, dsinks of q's heads) and values */
-static void place_views_sv(fz_rd *r, fz_ocfg *oc, const fz_view *q, size_t hq)
+/* the same with the variant buffers (alibi, sinks, dsinks of q's heads), the
+ * gated ones (decay of k's heads) and their values */
+static void place_views_sv(fz_rd *r, fz_ocfg *oc, const fz_view *q, size_t hq, const fz_view *k, size_t hkv)
 {
     layout_views();
     add_sv_ranges(oc, q->mem_ok ? q->t.heads : hq, 0);
+    add_gt_ranges(oc, k, hkv);
     finish_range_views();
     fill_views(r);
     fill_sv(r, oc);
+    fill_gt(r, oc);
     bind_sv(oc);
+    bind_gt(oc);
 }
 
 static void op_softmax(fz_rd *r, unsigned hflags)
@@ -2751,21 +3139,26 @@ static void op_softmax(fz_rd *r, unsigned hflags)
     add_qkv(r, &sh, sh.n, sh.nk, &a.q, &a.k, &a.v);
     a.o = add_view(r, "out", R_OUT, sh.hq, sh.n, sh.dv);
     add_sv_views(r, &oc, sh.hq, sh.n, sh.nk);
+    add_gt_views(r, &oc, sh.hkv, sh.nk, GK_SOFTMAX);
     a.oc = &oc;
     layout_views();
     lse_n = a.q->mem_ok ? vheads(a.q) * a.q->t.rows : 0; /* [batch][heads_q][n] */
     a.lse = add_lse(&oc, R_OUT, lse_n);
     add_sv_ranges(&oc, a.q->mem_ok ? a.q->t.heads : sh.hq, 0);
+    add_gt_ranges(&oc, a.k, sh.hkv);
     finish_range_views();
     fill_views(r);
     fill_sv(r, &oc);
+    fill_gt(r, &oc);
     bind_sv(&oc);
+    bind_gt(&oc);
     query = favor_softmax_attention_workspace(T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
                           !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t));
     if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
     verdict_sv(&vd, &oc, a.q, a.k, 1, 0);
+    verdict_gt(&vd, &oc, NULL, a.k);
     verdict_ws(&vd, &oc, query);
     {
         fz_view *ord[4];
@@ -2783,7 +3176,7 @@ static void op_softmax(fz_rd *r, unsigned hflags)
         if (a.lse && a.lse->mem_ok) check_lse(a.lse, a.q, &V, fin); /* -inf (or the sink) for no key */
         /* last: it changes the inputs */
         if (V.restricts && (hflags & 4))
-            check_causality("favor_softmax_attention", call_softmax, &a, a.o, a.k, a.v, hflags, &V);
+            check_causality("favor_softmax_attention", call_softmax, &a, a.o, a.k, a.v, NULL, hflags, &V);
     }
 }
 
@@ -2823,15 +3216,19 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
     a.dk = add_view(r, "dk", R_OUT, sh.hkv, sh.nk, sh.d);
     a.dv = add_view(r, "dv", R_OUT, sh.hkv, sh.nk, sh.dv);
     add_sv_views(r, &oc, sh.hq, sh.n, sh.nk);
+    add_gt_views(r, &oc, sh.hkv, sh.nk, GK_SOFTMAX);
     a.oc = &oc;
     layout_views();
     lse_n = a.q->mem_ok ? vheads(a.q) * a.q->t.rows : 0; /* [batch][heads_q][n] */
     a.lse = add_lse(&oc, R_LSE_IN, lse_n);
     add_sv_ranges(&oc, a.q->mem_ok ? a.q->t.heads : sh.hq, 1);
+    add_gt_ranges(&oc, a.k, sh.hkv);
     finish_range_views();
     fill_views(r);
     fill_sv(r, &oc);
+    fill_gt(r, &oc);
     bind_sv(&oc);
+    bind_gt(&oc);
     if (a.lse && a.lse->mem_ok) { /* lse floats as a payload: in promise only when consistent */
         size_t i;
         for (i = 0; i < lse_n; ++i) ((float *)a.lse->t.data)[i] = gen_value(r, a.lse, i & 7);
@@ -2871,6 +3268,7 @@ static void op_softmax_bwd(fz_rd *r, unsigned hflags)
                             same_shape(&a.dv->t, &a.v->t)));
     if (oc.lse_mode != 0 && oc.use_opts && !a.lse) vd.should_ok = 0;
     verdict_sv(&vd, &oc, a.q, a.k, 1, 1);
+    verdict_gt(&vd, &oc, NULL, a.k);
     verdict_bwd_ws(&vd, &oc, upper);
     verdict_ws(&vd, &oc, query);
     { /* q, k, v, dout, out, then the input shapes, then each gradient and its shape */
@@ -2967,9 +3365,10 @@ static void op_linear(fz_rd *r, unsigned hflags)
     add_qkv(r, &sh, sh.n, sh.nk, &a.q, &a.k, &a.v);
     a.o = add_view(r, "out", R_OUT, sh.hq, sh.n, sh.dv);
     add_sv_views(r, &oc, sh.hq, sh.n, sh.nk);
+    add_gt_views(r, &oc, sh.hkv, sh.nk, GK_LIN);
     a.oc = &oc;
     a.f = fnull ? NULL : &g_f;
-    place_views_sv(r, &oc, a.q, sh.hq);
+    place_views_sv(r, &oc, a.q, sh.hq, a.k, sh.hkv);
     add_ignored_lse(&oc);
     query = favor_linear_attention_workspace(a.f, T(a.q), T(a.k), T(a.v), oc.use_opts ? &oc.o : NULL);
     verdict_call(&vd, &oc, query);
@@ -2977,23 +3376,27 @@ static void op_linear(fz_rd *r, unsigned hflags)
     verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
                           !qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t));
     verdict_sv(&vd, &oc, a.q, a.k, 0, 0);
+    verdict_gt(&vd, &oc, a.f, a.k);
     verdict_ws(&vd, &oc, query);
     {
         fz_view *ord[4];
         ord[0] = a.q; ord[1] = a.k; ord[2] = a.v; ord[3] = a.o;
         verdict_dtype(&vd, ord, NULL, 4, !a.f || any_nullptr(ord, 4));
     }
-    fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
+    fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc)) && gt_fin_ok(&oc, &g_f);
     s = run_protocol("favor_linear_attention", call_linear, &a, &vd, &oc, fin, hflags & 1,
                      NULL, NULL, 0);
     if (s == FAVOR_OK) {
-        int positive = g_f.kernel != FAVOR_TRIG;
+        /* a convex combination of the visible values: positive features,
+         * normalized (decay and gates only scale the weights) */
+        int positive = g_f.kernel != FAVOR_TRIG && g_f.kernel != FAVOR_IDENTITY && !gt_nonorm(&oc);
         int range = fin && positive && all_nice() && lin_scale(&oc) <= 1.0f;
         fz_vis V;
         vis_make(&V, &oc, a.q, a.k, 0);
         check_rows("favor_linear_attention", a.o, a.v, &V, fin, range, 1e-3);
         if (V.restricts && (hflags & 4))
-            check_causality("favor_linear_attention", call_linear, &a, a.o, a.k, a.v, hflags, &V);
+            check_causality("favor_linear_attention", call_linear, &a, a.o, a.k, a.v,
+                            oc.o.gates ? oc.gates : NULL, hflags, &V);
     }
 }
 
@@ -3031,9 +3434,10 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
     a.dk = add_view(r, "dk", R_OUT, sh.hkv, sh.nk, sh.d);
     a.dv = add_view(r, "dv", R_OUT, sh.hkv, sh.nk, sh.dv);
     add_sv_views(r, &oc, sh.hq, sh.n, sh.nk);
+    add_gt_views(r, &oc, sh.hkv, sh.nk, GK_LINB);
     a.oc = &oc;
     a.f = fnull ? NULL : &g_f;
-    place_views_sv(r, &oc, a.q, sh.hq);
+    place_views_sv(r, &oc, a.q, sh.hq, a.k, sh.hkv);
     add_ignored_lse(&oc);
     {
         fz_view *rest[4];
@@ -3048,6 +3452,7 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
                           !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.g->t) && same_shape(&a.dq->t, &a.q->t) &&
                             same_shape(&a.dk->t, &a.k->t) && same_shape(&a.dv->t, &a.v->t)));
     verdict_sv(&vd, &oc, a.q, a.k, 0, 1);
+    verdict_gt(&vd, &oc, a.f, a.k);
     verdict_bwd_ws(&vd, &oc, upper);
     verdict_ws(&vd, &oc, query);
     { /* f, then q, k, v, dout, the input shapes, each gradient and its shape */
@@ -3060,7 +3465,7 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
         gate[6] = !same_shape(&a.dk->t, &a.k->t);
         verdict_dtype(&vd, ord, gate, 7, !a.f || any_nullptr(ord, 7));
     }
-    fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc));
+    fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(lin_scale(&oc)) && gt_fin_ok(&oc, &g_f);
     s = run_protocol("favor_linear_attention_backward", call_linear_bwd, &a, &vd, &oc, fin,
                      hflags & 1, NULL, NULL, 0);
     if (s == FAVOR_OK && qq == &q16)
@@ -3073,6 +3478,7 @@ static void op_linear_bwd(fz_rd *r, unsigned hflags)
             check_rows("favor_linear_attention_backward", a.dq, a.k, &V, 0, 0, 0.0);
             check_key_grads("favor_linear_attention_backward", a.dk, a.dv, a.q, &V, 0);
         }
+        if (a.k->mem_ok) check_dgates_first("favor_linear_attention_backward", &oc, a.k->t.rows);
     }
 }
 
@@ -3087,6 +3493,27 @@ static favor_status call_fmap(void *p)
 {
     fz_fm_args *a = (fz_fm_args *)p;
     return favor_feature_map(a->f, T(a->x), T(a->phi), a->role);
+}
+
+/* FAVOR_IDENTITY's map is phi(x) = sqrt(s) x: within the roundings of sqrt(s),
+ * the product and phi's type (finite values only) */
+static void check_identity_map(const fz_view *x, const fz_view *phi, float scale)
+{
+    double sq = sqrt((double)scale), rel, tiny, top;
+    size_t h, r, c;
+    if (!x->mem_ok || !phi->mem_ok || phi->t.cols != x->t.cols || vheads(phi) != vheads(x)) return;
+    rel = !is16(phi) ? 4e-7 : phi->t.dtype == FAVOR_F16 ? ldexp(1.0, -10) : ldexp(1.0, -7);
+    tiny = !is16(phi) ? ldexp(1.0, -148) : phi->t.dtype == FAVOR_F16 ? ldexp(1.0, -24) : ldexp(1.0, -132);
+    top = phi->t.dtype == FAVOR_F16 ? 65504.0 : (double)FLT_MAX;
+    for (h = 0; h < vheads(x); ++h)
+        for (r = 0; r < x->t.rows; ++r)
+            for (c = 0; c < x->t.cols; ++c) {
+                double xv = VGET(x, h, r, c), want = sq * xv, got = VGET(phi, h, r, c);
+                if (!isfinite(xv) || !(fabs(want) < top * (1.0 - rel))) continue;
+                if (!(fabs(got - want) <= rel * fabs(want) + tiny))
+                    FZ_FAIL("favor_feature_map (FAVOR_IDENTITY, scale %g): phi[%zu][%zu][%zu] = %.9g, but sqrt(s) x "
+                            "= %.9g", (double)scale, h, r, c, got, want);
+            }
 }
 
 static void op_feature_map(fz_rd *r, unsigned hflags)
@@ -3128,7 +3555,7 @@ static void op_feature_map(fz_rd *r, unsigned hflags)
     }
     fin = all_inprom() && feat_valid(&g_f) && scale_in_promise(g_f.scale) && a.role != FAVOR_PLAIN;
     s = run_protocol("favor_feature_map", call_fmap, &a, &vd, NULL, fin, 0, NULL, NULL, 0);
-    (void)s;
+    if (s == FAVOR_OK && (int)g_f.kernel == FAVOR_IDENTITY) check_identity_map(a.x, a.phi, g_f.scale);
     (void)hflags;
 }
 
@@ -3143,11 +3570,15 @@ typedef struct {
     favor_features *f;
     favor_state *st;
     int step;
+    int ex; /* a step through favor_linear_step_ex (with the options) */
 } fz_ext_args;
 
 static favor_status call_extend(void *p)
 {
     fz_ext_args *a = (fz_ext_args *)p;
+    if (a->step && a->ex)
+        return favor_linear_step_ex(a->f, a->st, T(a->q), T(a->k), T(a->v), T(a->o),
+                                    a->oc->use_opts ? &a->oc->o : NULL);
     if (a->step) return favor_linear_step(a->f, a->st, T(a->q), T(a->k), T(a->v), T(a->o));
     return favor_linear_extend(a->f, a->st, T(a->q), T(a->k), T(a->v), T(a->o), a->oc->use_opts ? &a->oc->o : NULL);
 }
@@ -3275,8 +3706,9 @@ static void op_state(fz_rd *r, unsigned hflags)
             continue;
         }
         a.step = kind % 8 >= 5;
+        a.ex = a.step && g_gt_ext && kind % 8 == 5; /* gated extension: 5 step_ex, 6 step */
         n = a.step ? ((kind & 0x80) ? 2 : 1) : dec_len(rd8(r));
-        ctx("| %s n=%zu ", a.step ? "step" : "extend", n);
+        ctx("| %s n=%zu ", a.ex ? "step_ex" : a.step ? "step" : "extend", n);
         dec_ocfg(r, &oc);
         /* drop the views of the previous step, keep W and the state */
         g_nv = 0;
@@ -3290,6 +3722,7 @@ static void op_state(fz_rd *r, unsigned hflags)
         add_qkv(r, &sh, n, n, &a.q, &a.k, &a.v);
         a.o = add_view(r, "out", R_OUT, sh.hq, n, sh.dv);
         add_sv_views(r, &oc, sh.hq, n, n);
+        add_gt_views(r, &oc, sh.hkv, n, a.ex ? GK_STEPX : a.step ? GK_STEP : GK_EXT);
         a.oc = &oc;
         a.f = &g_f;
         a.st = &g_st;
@@ -3306,8 +3739,8 @@ static void op_state(fz_rd *r, unsigned hflags)
         default: break;
         }
         if (smut % 16) ctx("[state mutation %u] ", smut % 16);
-        place_views_sv(r, &oc, a.q, sh.hq);
-        if (a.step) { /* favor_linear_step takes no options: the variant buffers are not its */
+        place_views_sv(r, &oc, a.q, sh.hq, a.k, sh.hkv);
+        if (a.step && !a.ex) { /* favor_linear_step takes no options: the variant buffers are not its */
             if (oc.mask) oc.mask->used = 0;
             if (oc.alibi) oc.alibi->used = 0;
             if (oc.sinks) oc.sinks->used = 0;
@@ -3322,8 +3755,11 @@ static void op_state(fz_rd *r, unsigned hflags)
         verdict_views(&vd);
         if (!a.st || !g_st.s || !g_st.z || !g_st.c || !g_st.scratch) { vd.must_fail = 1; vd.why_fail = "state NULL"; }
         verdict_features(&vd, a.f, a.q->t.cols);
-        if (!a.step && !oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
-        if (!a.step) verdict_sv(&vd, &oc, a.q, a.k, 2, 0);
+        /* favor_linear_step_ex validates its options as favor_linear_extend does
+         * (but takes no workspace) */
+        if ((!a.step || a.ex) && !oc.opt_ok) { vd.must_fail = 1; vd.why_fail = "bad options"; }
+        if (!a.step || a.ex) verdict_sv(&vd, &oc, a.q, a.k, 2, 0);
+        verdict_gt(&vd, &oc, a.f, a.k);
         verdict_mismatch(&vd, a.q->mem_ok && a.k->mem_ok && a.v->mem_ok && a.o->mem_ok &&
                               !(qkvo_shape_ok(&a.q->t, &a.k->t, &a.v->t, &a.o->t) && a.k->t.rows == a.q->t.rows &&
                                 vheads(a.k) == g_st.heads && a.v->t.cols == g_st.dv && g_st.kernel == g_f.kernel &&
@@ -3344,8 +3780,9 @@ static void op_state(fz_rd *r, unsigned hflags)
         for (i = 0; i < g_nv; ++i)
             if (g_v[i].used && g_v[i].mem_ok && g_v[i].role == R_IN && g_v[i].buf == g_stbuf) g_twin_block = 1;
         fin = !tainted && all_inprom() && fok &&
-              scale_in_promise(a.step ? g_f.scale : lin_scale(&oc));
-        snprintf(what, sizeof what, "%s (call %u)", a.step ? "favor_linear_step" : "favor_linear_extend", it);
+              scale_in_promise(a.step && !a.ex ? g_f.scale : lin_scale(&oc)) && gt_fin_ok(&oc, &g_f);
+        snprintf(what, sizeof what, "%s (call %u)",
+                 a.ex ? "favor_linear_step_ex" : a.step ? "favor_linear_step" : "favor_linear_extend", it);
         {
             favor_state copy = g_st;
             s = run_protocol(what, call_extend, &a, &vd, a.step ? NULL : &oc, fin,
@@ -3376,7 +3813,7 @@ static void op_state(fz_rd *r, unsigned hflags)
 static void op_features(fz_rd *r, unsigned hflags)
 {
     unsigned b = rd8(r);
-    int kernel = dec_kernel(b);
+    int kernel = g_gt_ext && b < 250 ? (int)(b % 7) : dec_kernel(b); /* gated extension: IDENTITY too */
     size_t dim, count, fl, want = 0, md, i, j, l;
     unsigned flags, sm = rd8(r);
     unsigned long long seed;
@@ -3397,7 +3834,7 @@ static void op_features(fz_rd *r, unsigned hflags)
     seed |= (unsigned long long)rd32(r) << 32;
     ctx("features_init(kernel=%d dim=%zu count=%zu flags=%#x seed=%llu) ", kernel, dim, count, flags, seed);
     fl = favor_features_floats((favor_kernel)kernel, dim, count);
-    valid = kernel >= 0 && kernel <= 5 && !(flags & ~3u) && dim &&
+    valid = kernel >= 0 && kernel <= FAVOR_IDENTITY && !(flags & ~3u) && dim &&
             (fz_fixed(kernel) ? (count == 0 || count == dim) : count != 0) &&
             !(kernel == FAVOR_POLY2 && dim > 4096); /* POLY2's width: FAVOR_E_OVERFLOW */
     if (kernel >= 1 && kernel <= 4 && dim && count) {
@@ -3662,7 +4099,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     op = rd8(&r);
     g_dt_ext = (op & 8) != 0;
     g_bt_ext = (op & 16) != 0;
-    g_sv_ext = (op & 32) != 0; /* bits 6-7: ignored */
+    g_sv_ext = (op & 32) != 0;
+    g_gt_ext = (op & 64) != 0; /* bit 7: ignored */
     op %= 8;
     hflags = rd8(&r);
     switch (op) {

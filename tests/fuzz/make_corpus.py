@@ -161,6 +161,35 @@ def sv(on=(), wl=0, wr=0, cap=2.0, am=0, sm=0, dm=0, mm=0, seqs=0, seq_kind="val
     return bytes([b0, enc_win(wl), enc_win(wr), enc_cap(cap), am, sm, dm, mm, qm, qp])
 
 
+# Gated linear attention (the extended format: bit 6 of the first byte set;
+# dec_gt in favor_fuzz.c). Every feature configuration takes one more byte
+# (gfcfg: bits 0-1 = 1 make the map FAVOR_IDENTITY, bit 2 initializes a map
+# without W with count d), and the options 4 more bytes after the variants'
+# (gt): which of FAVOR_NO_NORM, decay, gates, dgates, FAVOR_CAUSAL are on; the
+# decay's values (0 typical, 1 all 1, 2 FLT_MIN/1e-45, 3 0.5, then one bad head:
+# 4 zero, 5 1.5, 6 NaN, 7 -0.5), placement (0 own buffer, 2 over the par-th
+# view, 3 over the gates) and par; the gates' pattern (0 uniform [-1, 0], 1
+# zeros, 2 log sigmoid with exact zeros, 3 -80 at random, 4 edges, 5 -|payload|,
+# 6 log 1/2, 7 all -80), one bad value (+0.5, NaN, -inf, +1e-45) and a forced
+# dtype; the dgates' forced dtype and "dgates is the gates tensor". The gates
+# and dgates views follow the call's tensors and the variants' views and cuts.
+GT = 64
+GT_ON = {"nonorm": 1, "decay": 2, "gates": 4, "dgates": 8, "causal": 16}
+GT_BAD = {"pos": 0, "nan": 1, "-inf": 2, "tiny": 3}
+
+
+def gfcfg(kernel="positive", m=8, flags=0, seed=1, mut=0, mutp=0, identity=False, count_d=False):
+    return fcfg(kernel, m, flags, seed, mut, mutp) + bytes([(1 if identity else 0) | (4 if count_d else 0)])
+
+
+def gt(on=(), decay=0, dplace=0, dpar=0, gates=0, bad=None, gdt=0, dgdt=0, dg_is_gates=False):
+    b0 = sum(GT_ON[x] for x in on)
+    b1 = decay | dplace << 3 | dpar << 5
+    b2 = gates | (8 if bad is not None else 0) | gdt << 4 | (GT_BAD[bad] if bad is not None else 0) << 6
+    b3 = dgdt | (4 if dg_is_gates else 0)
+    return bytes([b0, b1, b2, b3])
+
+
 def write(dirname, name, data):
     with open(os.path.join(dirname, name), "wb") as fp:
         fp.write(data)
@@ -253,6 +282,7 @@ def seeds():
     s.update(dtype_seeds())
     s.update(batch_seeds())
     s.update(variant_seeds())
+    s.update(gated_seeds())
     return s
 
 
@@ -557,6 +587,56 @@ def variant_seeds():
     return s
 
 
+def gated_seeds():
+    """Seeds of the gated extension (bit 6): FAVOR_NO_NORM, FAVOR_IDENTITY, decay,
+    gates and dgates on linear attention, its backward, extend and step_ex."""
+    s = {}
+    # RetNet / Mamba-2 style forward: IDENTITY, NO_NORM, a decay per head and
+    # log-sigmoid gates, two 64-row chunks, grouped heads; the repeat (flag 1)
+    # and the causality check (flag 4) with NaN/inf later keys (0x80), whose
+    # later gates change too
+    s["gt-lin-identity-retnet"] = (bytes([2 | GT, 1 | 4 | 8 * 13 | 0x80]) + shape(2, 2, 70, 70, 6, 5) +
+                                   gfcfg("elu1", 6, identity=True) + ocfg(True, ws_mode=1) +
+                                   gt(("nonorm", "decay", "gates"), decay=0, gates=2) + P * 5)
+    # the backward of normalized FAVOR+ with decay, gates (-80 at random) and
+    # dgates over three packed sequences (dg of each one's first key is 0)
+    s["gt-linb-seqs-dgates"] = (bytes([3 | SV | GT, 1]) + shape(2, 1, 33, 33, 5, 4) + gfcfg("positive", 10) +
+                                ocfg(True, ws_mode=1) + sv(("seqs",), seqs=3) +
+                                gt(("decay", "gates", "dgates"), decay=0, gates=3) + P * 7 +
+                                bytes([11, 11, 20, 20]) + P * 2)
+    # dgates over the bytes of dq (the alias layout's 7th candidate: W, Wt, q,
+    # k, v, dout, dq): FAVOR_E_ALIAS, nothing written
+    s["gt-linb-dgates-over-dq"] = (bytes([3 | GT, 0]) + shape(1, 1, 9, 9, 4, 4) + gfcfg("relu", 6) + ocfg(True) +
+                                   gt(("gates", "dgates"), gates=0) + P * 7 + P + view("alias", 0, 6, 0))
+    # bf16 tensors of batch 2 (the fp32 twin, I12) with ELU1 gates of the
+    # call's batch and a decay of 1/2
+    s["gt-lin-bf16-batched"] = (bytes([2 | EXT | BT | GT, 1 | 4 | 8 * 5]) + shape(2, 1, 17, 17, 6, 4) +
+                                gfcfg("elu1", 6) + ocfg(True, ws_mode=1) +
+                                gt(("decay", "gates"), decay=3, gates=0) +
+                                bviews(4, 2, "bf16") + bview(dt="f32"))
+
+    # the recurrent state with IDENTITY: extend (NO_NORM, decay, gates),
+    # step_ex (NO_NORM, one row of gates), favor_linear_step (refused: IDENTITY
+    # without NO_NORM), extend without NO_NORM (refused)
+    def step(kind, n=None, g=b"", views=P * 4):
+        b = bytes([kind, 0])
+        if kind % 8 < 5:
+            b += bytes([enc_len(n)])
+        return b + ocfg(True) + g + views
+    s["gt-state-identity-stepex"] = (bytes([5 | GT, 1]) + shape(2, 2, 1, 1, 6, 4) + gfcfg("elu1", 6, identity=True) +
+                                     bytes([0, 3]) +
+                                     step(0, 9, gt(("nonorm", "decay", "gates"), gates=2), P * 5) +
+                                     step(5, None, gt(("nonorm", "gates"), gates=3), P * 5) +
+                                     step(6, None, gt()) +
+                                     step(0, 3, gt(("gates",)), P * 5))
+    # harness regression the fuzzer found (as it wrote it): step_ex with sinks
+    # placed over the state's bytes (refused); the harness wrote the sinks' -inf
+    # into the state, and the next extend's NaN looked like the library's
+    s["gt-state-sinks-over-state"] = bytes.fromhex(
+        "65db7260fa657373238c8c8c8c8c1365656565656520000080703a5252525252000000000000")
+    return s
+
+
 def repros():
     r = {}
     # FINDING-1: uniform +-20 inputs (value mode 8), POSITIVE, causal, default scale:
@@ -617,6 +697,23 @@ def repros():
         "acacacacacacacacacacacacacacacacacacac27")
     # FINDING-10 (fixed on main in 4dfcd7e): linear attention accepted opts.mask
     r["finding10-linear-mask"] = bytes([2 | SV, 0]) + shape() + fcfg("positive", 8) + ocfg() + sv(("mask",)) + P * 5
+    # FINDING-11 (fixed): a window's bounded right side let a later inf value
+    # reach a row as 0 * inf; FINDING-12 (fixed): a subnormal softcap made a
+    # zero score NaN. Both as CI's fuzz runs wrote them.
+    r["finding11-window-right-inf-value"] = bytes.fromhex(
+        "20f504bc9a0f0700000000010001000308086300000000000080000000800000008000000000000000")
+    r["finding12-softcap-subnormal"] = bytes.fromhex(
+        "200100050403030000000000000000020000f6000000001d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d"
+        "1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d0000000000001d1d1d1d1d1d1d1d1d1d1d"
+        "1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d"
+        "1d1d1d1d000000000000000000000000000000")
+    # FINDING-13 (the working tree of 24f8023, favor.h md5 0bd72bd5...): causal
+    # ELU1 with log-gates, 9 rows; the causality check (flag 4, cut 2) changes
+    # the keys, values and log-gates from token 2 on, and rows 0 and 1 change in
+    # their last bits: the separable chunk factors exp(D_j - D_last) exp(D_last -
+    # D_i) bring the chunk's last token into every row
+    r["finding13-gated-later-gates"] = (bytes([2 | GT, 4 | 8 * 2]) + shape(1, 1, 9, 9, 4, 4) + gfcfg("elu1", 4) +
+                                        ocfg(True) + gt(("gates",), gates=0) + P * 5)
     return r
 
 
