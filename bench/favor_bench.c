@@ -26,7 +26,16 @@
  * contexts, against the exact decode. Last, the score variants of exact softmax
  * attention (window, softcap, ALiBi, sinks, masks, packed sequences, their
  * backward passes), each timed interleaved with its plain baseline against the
- * targets of issue 24 (`--variants` runs that section alone).
+ * targets of issue 24 (`--variants` runs that section alone), and then gated
+ * linear attention (opts.decay 0.999 and log-gates log(sigmoid(x)), x ~ N(4, 1),
+ * both on every gated call) against the targets of issue 27, the same way: the
+ * gated causal forward of elu+1 (n = 4K, 64K) and FAVOR+ (4K, 16K) against the
+ * ungated call, the identity map with FAVOR_NO_NORM against elu+1's ungated
+ * call, the gated backward with dgates against the ungated backward (4K),
+ * favor_linear_step_ex with decay and gates against favor_linear_step (8 heads,
+ * 1000 tokens a sample from the same absorbed state), and 2 threads against 1
+ * on one key/value head (n = 64K); `--gated` runs that section alone,
+ * `--no-gated` skips it, `--gated-csv F` writes its lines as CSV.
  *
  * `favor_bench --help` lists the options; `--quick` is the smoke test that ctest
  * runs: tiny sizes, every method checked against a float64 reference.
@@ -1249,6 +1258,8 @@ typedef struct {
     int decode, attention, backward;
     int variants; /* the score variants' targets (issue 24) */
     const char *variants_csv;
+    int gated; /* gated linear attention's targets (issue 27) */
+    const char *gated_csv;
     int ggml;               /* the ggml peer's tables (when built with it) */
     const char *ggml_csv;   /* --ggml-csv */
     size_t ggml_max_keys;   /* longest context of its decode table */
@@ -1318,6 +1329,15 @@ static void usage(FILE *to)
           "  --ggml-max-keys N  longest context of the ggml decode table (contexts\n"
           "                     whose buffers exceed 3/4 of the available memory are\n"
           "                     skipped too)                          default: 1048576\n",
+          to);
+    fputs("  --gated            only gated linear attention's targets (issue 27): causal\n"
+          "                     elu+1, FAVOR+ and identity (FAVOR_NO_NORM) with decay and\n"
+          "                     log-gates against the ungated calls, the gated backward\n"
+          "                     (dgates), favor_linear_step_ex against favor_linear_step,\n"
+          "                     2 threads against 1 on one head (about 30 s on 2 idle\n"
+          "                     cores; rows whose n passes --n-max are skipped)\n"
+          "  --no-gated         skip them (--quick runs them on small shapes)\n"
+          "  --gated-csv F      write the gated targets as CSV\n",
           to);
     fprintf(to,
             "  --decode-max N     longest decoding context (1K, 4K, ... x4; the exact\n"
@@ -1389,6 +1409,7 @@ static int parse_args(int argc, char **argv, config *c)
     c->limit = 10.0;
     c->want_peer[P_BLAS_HSW] = c->want_peer[P_BLAS_DEF] = c->want_peer[P_TORCH] = 1;
     c->decode = c->attention = c->backward = c->decode_step = c->variants = c->ggml = 1;
+    c->gated = 1;
     c->ggml_max_keys = 1u << 20;
     c->decode_max = 1u << 20;
     c->half[0] = c->half_decode = 1;
@@ -1419,25 +1440,32 @@ static int parse_args(int argc, char **argv, config *c)
             c->decode = 0;
             used = 0;
         } else if (strcmp(a, "--variants") == 0) {
-            c->attention = c->backward = c->decode = c->ggml = 0;
+            c->attention = c->backward = c->decode = c->ggml = c->gated = 0;
             used = 0;
         } else if (strcmp(a, "--no-variants") == 0) {
             c->variants = 0;
             used = 0;
+        } else if (strcmp(a, "--gated") == 0) {
+            c->attention = c->backward = c->decode = c->ggml = c->variants = 0;
+            c->gated = 1;
+            used = 0;
+        } else if (strcmp(a, "--no-gated") == 0) {
+            c->gated = 0;
+            used = 0;
         } else if (strcmp(a, "--decode-only") == 0) {
-            c->attention = c->backward = c->variants = c->ggml = 0;
+            c->attention = c->backward = c->variants = c->ggml = c->gated = 0;
             used = 0;
         } else if (strcmp(a, "--decode-softmax-only") == 0) {
-            c->attention = c->backward = c->decode_step = c->variants = c->ggml = 0;
+            c->attention = c->backward = c->decode_step = c->variants = c->ggml = c->gated = 0;
             used = 0;
         } else if (strcmp(a, "--no-backward") == 0) {
             c->backward = 0;
             used = 0;
         } else if (strcmp(a, "--backward-only") == 0) {
-            c->attention = c->decode = c->variants = c->ggml = 0;
+            c->attention = c->decode = c->variants = c->ggml = c->gated = 0;
             used = 0;
         } else if (strcmp(a, "--ggml-only") == 0) {
-            c->attention = c->decode = c->backward = c->variants = 0;
+            c->attention = c->decode = c->backward = c->variants = c->gated = 0;
             c->ggml = 1;
             used = 0;
         } else if (strcmp(a, "--no-ggml") == 0) {
@@ -1508,6 +1536,8 @@ static int parse_args(int argc, char **argv, config *c)
             c->csv = v;
         } else if (strcmp(a, "--variants-csv") == 0) {
             c->variants_csv = v;
+        } else if (strcmp(a, "--gated-csv") == 0) {
+            c->gated_csv = v;
         } else if (strcmp(a, "--ggml-csv") == 0) {
             c->ggml_csv = v;
         } else if (strcmp(a, "--ggml-max-keys") == 0) {
@@ -2943,11 +2973,19 @@ static void print_half_summary(const config *c)
 /* plain baseline, timed interleaved in the same run                          */
 /* ------------------------------------------------------------------------- */
 
-enum { VC_FWD, VC_BWD, VC_SEQS };
+enum { VC_FWD, VC_BWD, VC_SEQS, VC_LFWD, VC_LBWD, VC_STEP, VC_STEP_EX };
 
 /* One call of a variant group: a forward, a backward (o and lse from a forward
  * with the same options, made before timing), or the per-sequence forwards of a
- * packed batch one after another (VC_SEQS: opt has no seqs; off[] the rows). */
+ * packed batch one after another (VC_SEQS: opt has no seqs; off[] the rows).
+ * The gated section's kinds (issue 27) use the same machinery: VC_LFWD is
+ * favor_linear_attention with the map f, VC_LBWD its backward (g = dout), and
+ * VC_STEP / VC_STEP_EX are `steps` tokens of favor_linear_step /
+ * favor_linear_step_ex on the state st, token t taking row t % pool of the
+ * [pool][heads][1][d] tokens at q, k, v (and of the [pool][heads] log-gates at
+ * gpool for step_ex with opt.gates = &gt). Before each sample (and the warm-up
+ * call) var_call_prep restores st from st0 and st_saved, not timed, so that
+ * every sample starts from the same state. */
 typedef struct {
     const char *name;
     int kind;
@@ -2955,6 +2993,13 @@ typedef struct {
     favor_options opt;
     size_t nseq;
     const size_t *off;
+    const favor_features *f;       /* VC_LFWD, VC_LBWD, VC_STEP, VC_STEP_EX */
+    favor_state *st, st0;          /* the steps' state, and its bound copy to restore */
+    float *st_mem;                 /* st's storage (st_floats floats) */
+    const float *st_saved;         /* the storage of the starting state */
+    size_t st_floats, steps, pool; /* steps per call, tokens in the pool */
+    const float *gpool;            /* VC_STEP_EX with gates: [pool][heads] log-gates */
+    favor_tensor gt;               /* its view of one token's gates, [heads][1][1] */
     favor_status status;
     void *ws;
     timing t;
@@ -2979,11 +3024,48 @@ static favor_tensor var_rows(const favor_tensor *t, size_t r0, size_t r1)
     return s;
 }
 
+/* VC_STEP, VC_STEP_EX: `steps` tokens, each from the pool (see var_call) */
+static favor_status var_steps(var_call *c)
+{
+    favor_tensor q = c->q, k = c->k, v = c->v;
+    size_t t, H = c->k.heads, tok = H * c->q.cols, tokv = H * c->v.cols;
+    favor_status s = FAVOR_OK;
+    for (t = 0; t < c->steps && s == FAVOR_OK; ++t) {
+        size_t at = t % c->pool;
+        q.data = (float *)c->q.data + at * tok;
+        k.data = (float *)c->k.data + at * tok;
+        v.data = (float *)c->v.data + at * tokv;
+        if (c->kind == VC_STEP) {
+            s = favor_linear_step(c->f, c->st, &q, &k, &v, &c->o);
+        } else {
+            if (c->gpool) c->gt.data = (void *)(c->gpool + at * H);
+            s = favor_linear_step_ex(c->f, c->st, &q, &k, &v, &c->o, &c->opt);
+        }
+    }
+    return s;
+}
+
+/* Before a sample: the steps' state back to its start (nothing for the others). */
+static void var_call_prep(var_call *c)
+{
+    if ((c->kind == VC_STEP || c->kind == VC_STEP_EX) && c->st) {
+        *c->st = c->st0;
+        memcpy(c->st_mem, c->st_saved, c->st_floats * sizeof(float));
+    }
+}
+
 static int var_call_run(void *p)
 {
     var_call *c = (var_call *)p;
     size_t s;
-    if (c->kind == VC_FWD) {
+    if (c->kind == VC_LFWD) {
+        c->status = favor_linear_attention(c->f, &c->q, &c->k, &c->v, &c->o, &c->opt);
+    } else if (c->kind == VC_LBWD) {
+        c->status = favor_linear_attention_backward(c->f, &c->q, &c->k, &c->v, &c->g, &c->dq,
+                                                    &c->dk, &c->dv, &c->opt);
+    } else if (c->kind == VC_STEP || c->kind == VC_STEP_EX) {
+        c->status = var_steps(c);
+    } else if (c->kind == VC_FWD) {
         c->status = favor_softmax_attention(&c->q, &c->k, &c->v, &c->o, &c->opt);
     } else if (c->kind == VC_BWD) {
         c->status = favor_softmax_attention_backward(&c->q, &c->k, &c->v, &c->o, &c->g, &c->dq,
@@ -3005,7 +3087,15 @@ static int var_call_run(void *p)
 static void var_call_ready(var_call *c)
 {
     size_t ws = 0, s, w;
-    if (c->kind == VC_SEQS) {
+    if (c->kind == VC_STEP || c->kind == VC_STEP_EX) {
+        ws = 0; /* a step uses the state's scratch */
+    } else if (c->kind == VC_LFWD || c->kind == VC_LBWD) {
+        ws = favor_linear_attention_workspace(c->f, &c->q, &c->k, &c->v, &c->opt);
+        if (c->kind == VC_LBWD) {
+            w = favor_linear_attention_backward_workspace(c->f, &c->q, &c->k, &c->v, &c->opt);
+            if (w > ws) ws = w;
+        }
+    } else if (c->kind == VC_SEQS) {
         for (s = 0; s < c->nseq; ++s) {
             favor_tensor q = var_rows(&c->q, c->off[s], c->off[s + 1]);
             favor_tensor k = var_rows(&c->k, c->off[s], c->off[s + 1]);
@@ -3044,7 +3134,8 @@ static double var_paired(const double *a, const double *b, int rounds)
 /* Times the k calls of a group interleaved: a warm-up call each, then `rounds`
  * rounds (three times as many when a round takes less than 3 s, at most 80) in
  * which each call gives one sample (a batch of calls of >= min_sample seconds,
- * one call when a call is longer), the order rotating from round to round; each
+ * one call when a call is longer; var_call_prep, not timed, before each sample
+ * and the warm-up call), the order rotating from round to round; each
  * call's median and minimum wall time, median CPU time and its samples in round
  * order. Returns the index of a call that failed, or -1. */
 static int var_time_group(var_call *calls, int k, int rounds, double min_sample)
@@ -3052,7 +3143,9 @@ static int var_time_group(var_call *calls, int k, int rounds, double min_sample)
     int batch[16], i, r, b;
     double round_s = 0, *ts, *cs, *sorted;
     for (i = 0; i < k; ++i) {
-        double t0 = now_s(), warm;
+        double t0, warm;
+        var_call_prep(&calls[i]);
+        t0 = now_s();
         if (var_call_run(&calls[i])) return i;
         warm = now_s() - t0;
         batch[i] = warm >= min_sample ? 1 : warm > 0 ? (int)(min_sample / warm) + 1 : 1000;
@@ -3066,7 +3159,10 @@ static int var_time_group(var_call *calls, int k, int rounds, double min_sample)
     for (r = 0; r < rounds; ++r)
         for (i = 0; i < k; ++i) {
             int at = (i + r) % k;
-            double t0 = now_s(), c0 = cpu_now_s();
+            double t0, c0;
+            var_call_prep(&calls[at]);
+            t0 = now_s();
+            c0 = cpu_now_s();
             for (b = 0; b < batch[at]; ++b)
                 if (var_call_run(&calls[at])) {
                     free(ts);
@@ -3126,24 +3222,31 @@ static int var_quick, var_pass, var_miss;
 
 /* One target line (and CSV row): the variant's time against the baseline's.
  * higher = 0: ratio = variant / baseline, within bound when <= bound; higher =
- * 1: ratio = baseline / variant (a speed-up), within bound when >= bound. */
+ * 1: ratio = baseline / variant (a speed-up), within bound when >= bound. A
+ * bound <= 0 is a line for information: no bound, no verdict, not counted. */
 static void var_target(const char *target, const char *shape, const var_call *a,
                        const var_call *b, double bound, int higher)
 {
-    char ta[32], tb[32], cr[16];
+    char ta[32], tb[32], cr[16], bs[16];
     double ratio = higher ? var_paired(b->wall_at, a->wall_at, a->rounds)
                           : var_paired(a->wall_at, b->wall_at, a->rounds);
     double cratio = var_paired(a->cpu_at, b->cpu_at, a->rounds); /* not for threads */
-    int ok = higher ? ratio >= bound : ratio <= bound, cok = cratio <= bound;
+    int judged = bound > 0;
+    int ok = higher ? ratio >= bound : ratio <= bound, cok = !judged || cratio <= bound;
+    const char *verdict = !judged ? "info" : var_quick ? "-" : ok ? "PASS" : "MISS";
     fmt_time(ta, sizeof ta, a->t.median);
     fmt_time(tb, sizeof tb, b->t.median);
     if (higher) /* the cores the threaded call got: its CPU time over its wall time */
         snprintf(cr, sizeof cr, "%6.2fc", a->cpu / a->t.median);
     else
         snprintf(cr, sizeof cr, "%7.3f%s", cratio, var_quick ? "" : cok ? " " : "!");
-    printf("%-24s %-36s %11s %11s %7.3f %s %2s %6.3f  %s\n", target, shape, ta, tb, ratio, cr,
-           higher ? ">=" : "<=", bound, var_quick ? "-" : ok ? "PASS" : "MISS");
-    if (!var_quick) {
+    if (judged)
+        snprintf(bs, sizeof bs, "%s %6.3f", higher ? ">=" : "<=", bound);
+    else
+        snprintf(bs, sizeof bs, "-");
+    printf("%-24s %-36s %11s %11s %7.3f %s %9s  %s\n", target, shape, ta, tb, ratio, cr, bs,
+           verdict);
+    if (!var_quick && judged) {
         if (ok)
             ++var_pass;
         else
@@ -3154,8 +3257,11 @@ static void var_target(const char *target, const char *shape, const var_call *a,
                 shape, a->name, b->name, a->t.median, a->t.min, a->cpu, a->t.runs, b->t.median,
                 b->t.min, b->cpu, b->t.runs, ratio);
         if (!higher) fprintf(var_csv, "%.4f", cratio);
-        fprintf(var_csv, ",%s,%.4f,%s\n", higher ? ">=" : "<=", bound,
-                var_quick ? "" : ok ? "PASS" : "MISS");
+        if (judged)
+            fprintf(var_csv, ",%s,%.4f,%s\n", higher ? ">=" : "<=", bound,
+                    var_quick ? "" : ok ? "PASS" : "MISS");
+        else
+            fprintf(var_csv, ",,,info\n");
         fflush(var_csv);
     }
     fflush(stdout);
@@ -3492,6 +3598,354 @@ static int run_variants(const config *c, const char *cpu)
     free(O2);
     if (!q)
         printf("%d of %d targets met (%.1f s)\n", var_pass, var_pass + var_miss,
+               now_s() - t_start);
+    if (var_csv) {
+        fclose(var_csv);
+        var_csv = NULL;
+    }
+    return failures;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Gated linear attention (issue 27): each gated call against its ungated      */
+/* baseline, timed interleaved in the same run (the variants' machinery)       */
+/* ------------------------------------------------------------------------- */
+
+/* count log-gates log(sigmoid(x)), x ~ N(4, 1): each a_t = exp(g_t) about 0.98
+ * (x is bounded by 4 +- 2 sqrt(3), so every g_t is finite and < 0) */
+static void gated_fill_gates(float *g, size_t count, unsigned long long seed)
+{
+    size_t i;
+    fill_normal_par(g, count, 1.0, seed);
+    for (i = 0; i < count; ++i) g[i] = (float)-log1p(exp(-(4.0 + (double)g[i])));
+}
+
+/* elements of an fp32 view that are not finite */
+static size_t gated_nonfinite(const favor_tensor *t)
+{
+    size_t h, r, j, bad = 0;
+    for (h = 0; h < t->heads; ++h)
+        for (r = 0; r < t->rows; ++r) {
+            const float *x = (const float *)t->data + h * t->head_stride + r * t->row_stride;
+            for (j = 0; j < t->cols; ++j) bad += !isfinite(x[j]);
+        }
+    return bad;
+}
+
+/* The outputs of the k calls of a group (each holds its last call's: out, or
+ * dq, dk, dv and dgates) are finite: returns the number of calls whose are not,
+ * each named. */
+static int gated_check(const var_call *g, int k)
+{
+    int i, failed = 0;
+    for (i = 0; i < k; ++i) {
+        size_t bad;
+        if (g[i].kind == VC_LBWD) {
+            bad = gated_nonfinite(&g[i].dq) + gated_nonfinite(&g[i].dk) +
+                  gated_nonfinite(&g[i].dv);
+            if (g[i].opt.dgates) bad += gated_nonfinite(g[i].opt.dgates);
+        } else {
+            bad = gated_nonfinite(&g[i].o);
+        }
+        if (bad) {
+            printf("  %s: %zu output elements are not finite\n", g[i].name, bad);
+            ++failed;
+        }
+    }
+    return failed;
+}
+
+/* A linear-attention call of the gated section (causal; decay and gates: NULL
+ * for the ungated ones). */
+static void gated_set(var_call *c, const char *name, int kind, const favor_features *f,
+                      float *q, float *k, float *v, float *o, size_t heads, size_t n, size_t d,
+                      unsigned flags, const float *decay, const favor_tensor *gates)
+{
+    var_set(c, name, kind, q, k, v, o, heads, n, n, d, flags);
+    c->f = f;
+    c->opt.decay = decay;
+    c->opt.gates = gates;
+}
+
+/* A row of n tokens runs unless it passes --n-max (--quick: its own shapes). */
+static int gated_want(const config *c, size_t n) { return c->quick || n <= c->n_max; }
+
+/* Issue 27's targets for gated linear attention. Returns the number of failures
+ * (a call that did not return FAVOR_OK, an output that is not finite). */
+static int run_gated(const config *c, const char *cpu)
+{
+    const int q = c->quick;
+    const size_t d = 64, H = 8, M = c->m;
+    /* full run / --quick shapes; rows whose n passes --n-max are skipped */
+    const size_t fwd_n[2] = {q ? 256 : 4096, q ? 512 : 65536};
+    const size_t fp_n[2] = {q ? 256 : 4096, q ? 512 : 16384};
+    const size_t bwd_n = q ? 256 : 4096, thr_n = q ? 4096 : 65536;
+    const size_t step_ctx = q ? 100 : 1000, steps = q ? 50 : 1000, pool = 64;
+    const int rounds = c->runs < 5 ? 5 : c->runs, many = q ? rounds : 2 * rounds;
+    const double min_sample = q ? 0 : 0.005, step_sample = q ? 0 : 0.02;
+    size_t big = 0, i, len, sfl;
+    float *Q, *K, *V, *O[4], *G, *DO, *DQ[2], *DK[2], *DV[2], *DG, *wp, *sst, *ssave;
+    float decay[8];
+    favor_features fe, fp, fi;
+    favor_state st;
+    favor_tensor gts, dgts;
+    favor_options xo;
+    favor_status s;
+    var_call g[4];
+    char shape[96], cpu_id[64];
+    int failures = 0, ni, mi;
+    double t_start = now_s();
+
+    var_quick = q;
+    var_pass = var_miss = 0;
+    cpu_family(cpu_id, sizeof cpu_id);
+    for (i = 0; i < H; ++i) decay[i] = 0.999f;
+    for (ni = 0; ni < 2; ++ni) {
+        if (gated_want(c, fwd_n[ni]) && fwd_n[ni] > big) big = fwd_n[ni];
+        if (gated_want(c, fp_n[ni]) && fp_n[ni] > big) big = fp_n[ni];
+    }
+    if (bwd_n > big) big = bwd_n;
+    if (step_ctx > big) big = step_ctx;
+    if (pool > big) big = pool;
+    if (gated_want(c, thr_n) && (thr_n + H - 1) / H > big) big = (thr_n + H - 1) / H;
+
+    printf("\nGated linear attention (issue 27's targets)\n"
+           "on %s (%s):\n"
+           "fp32, d = d_v = %zu, %zu heads (query and key/value), causal, one thread unless\n"
+           "said; elu+1 (FAVOR_ELU1), FAVOR+ (FAVOR_POSITIVE, m = %zu), identity\n"
+           "(FAVOR_IDENTITY with FAVOR_NO_NORM). Gated: opts.decay 0.999 for every head and\n"
+           "opts.gates g_t = log(sigmoid(x)), x ~ N(4, 1) (a_t about 0.98), both on every\n"
+           "gated call; the backward writes dL/dg into opts.dgates. Each gated call is timed\n"
+           "with its ungated baseline in the same rounds, interleaved: a warm-up call each,\n"
+           "then ",
+           cpu, cpu_id, d, H, M);
+    if (q)
+        printf("%d rounds of one call each.\n", rounds);
+    else
+        printf("%d rounds (%d for the cheap groups; x3 when a round is under\n"
+               "3 s, at most 80), a sample a batch of calls of >= %g ms (%g ms for the steps).\n",
+               rounds, many, 1e3 * min_sample, 1e3 * step_sample);
+    printf("Median wall times; ratio = the median over the rounds of the gated call's time\n"
+           "over the baseline's in the same round (threads: 1-thread over 2-thread time),\n"
+           "judged against the bound; cpu = the same ratio of the process's CPU times ('!':\n"
+           "past the bound); for the 2-thread call, the cores it got (CPU time over wall\n"
+           "time). A step line's times are those of %zu tokens, each for all %zu heads\n"
+           "(favor_linear_step against favor_linear_step_ex with decay and the token's\n"
+           "gates), every sample from the same state (%zu tokens absorbed by\n"
+           "favor_linear_extend; restored before each sample, not timed). Inputs Q, K ~\n"
+           "N(0, 0.5^2), V ~ N(0, 1). Every call must return FAVOR_OK and leave finite\n"
+           "outputs.\n",
+           steps, H, step_ctx);
+    if (q)
+        printf("--quick: reduced shapes, times not judged (PASS/MISS only in the full run).\n");
+    if (!gated_want(c, fwd_n[1]) || !gated_want(c, fp_n[1]) || !gated_want(c, thr_n))
+        printf("--n-max %zu: the rows of a longer n are skipped.\n", c->n_max);
+    if (c->gated_csv && !q) {
+        var_csv = fopen(c->gated_csv, "w");
+        if (!var_csv)
+            fprintf(stderr, "favor_bench: cannot write %s: %s\n", c->gated_csv, strerror(errno));
+        else
+            fprintf(var_csv, "# cpu: %s (%s); fp32, d = d_v = %zu, %zu heads, causal, FAVOR+ m = "
+                             "%zu, 1 thread unless the target says otherwise; gated = decay "
+                             "0.999 and log-gates log(sigmoid(N(4, 1))); times in seconds (a "
+                             "step call: %zu tokens), medians of >= %d rounds; load average at "
+                             "start %.2f\n"
+                             "target,shape,variant,baseline,variant_s,variant_min_s,"
+                             "variant_cpu_s,variant_calls,baseline_s,baseline_min_s,"
+                             "baseline_cpu_s,baseline_calls,ratio,cpu_ratio,cmp,bound,result\n",
+                    cpu, cpu_id, d, H, M, steps, rounds, load_average());
+    }
+    printf("\n%-24s %-36s %11s %11s %7s %7s %9s  %s\n", "target", "shape", "gated",
+           "baseline", "ratio", "cpu", "bound", "result");
+
+    if (favor_features_init(&fe, FAVOR_ELU1, d, d, 0, c->seed, NULL) != FAVOR_OK ||
+        favor_features_init(&fi, FAVOR_IDENTITY, d, d, 0, c->seed, NULL) != FAVOR_OK)
+        die("features");
+    wp = alloc_floats(favor_features_floats(FAVOR_POSITIVE, d, M));
+    if (favor_features_init(&fp, FAVOR_POSITIVE, d, M, 0, c->seed, wp) != FAVOR_OK)
+        die("features");
+
+    len = H * big * d;
+    Q = alloc_floats(len);
+    K = alloc_floats(len);
+    V = alloc_floats(len);
+    for (i = 0; i < 4; ++i) O[i] = alloc_floats(len);
+    G = alloc_floats(H * big);
+    fill_normal_par(Q, len, 0.5, c->seed + 201);
+    fill_normal_par(K, len, 0.5, c->seed + 202);
+    fill_normal_par(V, len, 1.0, c->seed + 203);
+    gated_fill_gates(G, H * big, c->seed + 204);
+
+    /* 1. Forward, elu+1 gated and the identity map (gated, and ungated for
+     * information) against elu+1's ungated causal call. */
+    for (ni = 0; ni < 2; ++ni) {
+        size_t n = fwd_n[ni];
+        if (!gated_want(c, n)) continue;
+        gts = favor_tensor_packed(G, H, n, 1);
+        gated_set(&g[0], "elu1_causal", VC_LFWD, &fe, Q, K, V, O[0], H, n, d, FAVOR_CAUSAL, NULL,
+                  NULL);
+        gated_set(&g[1], "elu1_gated", VC_LFWD, &fe, Q, K, V, O[1], H, n, d, FAVOR_CAUSAL, decay,
+                  &gts);
+        gated_set(&g[2], "identity_gated", VC_LFWD, &fi, Q, K, V, O[2], H, n, d,
+                  FAVOR_CAUSAL | FAVOR_NO_NORM, decay, &gts);
+        gated_set(&g[3], "identity_ungated", VC_LFWD, &fi, Q, K, V, O[3], H, n, d,
+                  FAVOR_CAUSAL | FAVOR_NO_NORM, NULL, NULL);
+        if (var_run(g, 4, ni ? rounds : many, min_sample, &failures)) {
+            snprintf(shape, sizeof shape, "n=%zu", n);
+            var_target("gated fwd elu+1", shape, &g[1], &g[0], 1.3, 0);
+            snprintf(shape, sizeof shape, "n=%zu, vs elu+1 ungated", n);
+            var_target("identity no-norm gated", shape, &g[2], &g[0], 1.0, 0);
+            var_target("identity no-norm ungated", shape, &g[3], &g[0], 0, 0);
+            failures += gated_check(g, 4);
+        }
+        var_group_free(g, 4);
+    }
+
+    /* 2. Forward, FAVOR+ gated against ungated. */
+    for (ni = 0; ni < 2; ++ni) {
+        size_t n = fp_n[ni];
+        if (!gated_want(c, n)) continue;
+        gts = favor_tensor_packed(G, H, n, 1);
+        gated_set(&g[0], "favor+_causal", VC_LFWD, &fp, Q, K, V, O[0], H, n, d, FAVOR_CAUSAL,
+                  NULL, NULL);
+        gated_set(&g[1], "favor+_gated", VC_LFWD, &fp, Q, K, V, O[1], H, n, d, FAVOR_CAUSAL,
+                  decay, &gts);
+        if (var_run(g, 2, rounds, min_sample, &failures)) {
+            snprintf(shape, sizeof shape, "n=%zu m=%zu", n, M);
+            var_target("gated fwd favor+", shape, &g[1], &g[0], 1.3, 0);
+            failures += gated_check(g, 2);
+        }
+        var_group_free(g, 2);
+    }
+
+    /* 3. Backward, gated with dgates against the ungated causal backward. */
+    len = H * bwd_n * d;
+    DO = alloc_floats(len);
+    fill_normal(DO, len, 1.0, c->seed + 205);
+    for (i = 0; i < 2; ++i) {
+        DQ[i] = alloc_floats(len);
+        DK[i] = alloc_floats(len);
+        DV[i] = alloc_floats(len);
+    }
+    DG = alloc_floats(H * bwd_n);
+    gts = favor_tensor_packed(G, H, bwd_n, 1);
+    dgts = favor_tensor_packed(DG, H, bwd_n, 1);
+    for (mi = 0; mi < 2; ++mi) {
+        const favor_features *f = mi ? &fp : &fe;
+        gated_set(&g[0], mi ? "favor+_backward" : "elu1_backward", VC_LBWD, f, Q, K, V, O[0], H,
+                  bwd_n, d, FAVOR_CAUSAL, NULL, NULL);
+        gated_set(&g[1], mi ? "favor+_gated_backward" : "elu1_gated_backward", VC_LBWD, f, Q, K,
+                  V, O[1], H, bwd_n, d, FAVOR_CAUSAL, decay, &gts);
+        g[1].opt.dgates = &dgts;
+        for (i = 0; i < 2; ++i) {
+            g[i].g = favor_tensor_packed(DO, H, bwd_n, d);
+            g[i].dq = favor_tensor_packed(DQ[i], H, bwd_n, d);
+            g[i].dk = favor_tensor_packed(DK[i], H, bwd_n, d);
+            g[i].dv = favor_tensor_packed(DV[i], H, bwd_n, d);
+        }
+        if (var_run(g, 2, mi ? rounds : many, min_sample, &failures)) {
+            if (mi)
+                snprintf(shape, sizeof shape, "n=%zu m=%zu, dq dk dv + dgates", bwd_n, M);
+            else
+                snprintf(shape, sizeof shape, "n=%zu, dq dk dv + dgates", bwd_n);
+            var_target(mi ? "gated bwd favor+" : "gated bwd elu+1", shape, &g[1], &g[0], 1.3, 0);
+            failures += gated_check(g, 2);
+        }
+        var_group_free(g, 2);
+    }
+    free(DO);
+    for (i = 0; i < 2; ++i) {
+        free(DQ[i]);
+        free(DK[i]);
+        free(DV[i]);
+    }
+    free(DG);
+
+    /* 4. Steps: favor_linear_step_ex with decay and gates against
+     * favor_linear_step, `steps` tokens a call from the same absorbed state;
+     * the tokens (and gates) cycle through `pool` rows of the inputs. */
+    for (mi = 0; mi < 2; ++mi) {
+        const favor_features *f = mi ? &fp : &fe;
+        favor_tensor BQ = favor_tensor_packed(Q, H, step_ctx, d);
+        favor_tensor BK = favor_tensor_packed(K, H, step_ctx, d);
+        favor_tensor BV = favor_tensor_packed(V, H, step_ctx, d);
+        favor_tensor BO = favor_tensor_packed(O[0], H, step_ctx, d);
+        sfl = favor_state_floats(f, H, d);
+        sst = alloc_floats(sfl);
+        ssave = alloc_floats(sfl);
+        if (favor_state_init(&st, f, H, d, sst) != FAVOR_OK) die("state");
+        xo = favor_default_options();
+        xo.flags = FAVOR_CAUSAL;
+        xo.threads = 1;
+        if ((s = favor_linear_extend(f, &st, &BQ, &BK, &BV, &BO, &xo)) != FAVOR_OK) {
+            printf("  favor_linear_extend failed: %s\n", favor_status_string(s));
+            ++failures;
+        } else {
+            memcpy(ssave, sst, sfl * sizeof(float));
+            gated_set(&g[0], mi ? "favor+_step" : "elu1_step", VC_STEP, f, Q, K, V, O[0], H, 1, d,
+                      FAVOR_CAUSAL, NULL, NULL);
+            gated_set(&g[1], mi ? "favor+_step_ex_gated" : "elu1_step_ex_gated", VC_STEP_EX, f, Q,
+                      K, V, O[1], H, 1, d, FAVOR_CAUSAL, decay, NULL);
+            for (i = 0; i < 2; ++i) {
+                g[i].st = &st;
+                g[i].st0 = st;
+                g[i].st_mem = sst;
+                g[i].st_saved = ssave;
+                g[i].st_floats = sfl;
+                g[i].steps = steps;
+                g[i].pool = pool;
+            }
+            g[1].gpool = G; /* pool x H log-gates: G holds H * big >= H * pool */
+            g[1].gt = favor_tensor_packed(G, H, 1, 1);
+            g[1].opt.gates = &g[1].gt;
+            if (var_run(g, 2, many, step_sample, &failures)) {
+                if (mi)
+                    snprintf(shape, sizeof shape, "%zu tokens a call, after %zu, m=%zu", steps,
+                             step_ctx, M);
+                else
+                    snprintf(shape, sizeof shape, "%zu tokens a call, after %zu", steps,
+                             step_ctx);
+                var_target(mi ? "gated step_ex favor+" : "gated step_ex elu+1", shape, &g[1],
+                           &g[0], 1.1, 0);
+                failures += gated_check(g, 2);
+            }
+            var_group_free(g, 2);
+        }
+        free(sst);
+        free(ssave);
+    }
+
+    /* 5. Threads: one key/value head, n = thr_n, gated elu+1 forward, 2 threads
+     * against 1 (views of the first thr_n rows' worth of each pool). */
+    if (gated_want(c, thr_n)) {
+        gts = favor_tensor_packed(G, 1, thr_n, 1);
+        gated_set(&g[0], "elu1_gated_1_thread", VC_LFWD, &fe, Q, K, V, O[0], 1, thr_n, d,
+                  FAVOR_CAUSAL, decay, &gts);
+        gated_set(&g[1], "elu1_gated_2_threads", VC_LFWD, &fe, Q, K, V, O[1], 1, thr_n, d,
+                  FAVOR_CAUSAL, decay, &gts);
+        g[1].opt.threads = 2;
+        if (var_run(g, 2, many, min_sample, &failures)) {
+            snprintf(shape, sizeof shape, "1 head, n=%zu, elu+1 gated", thr_n);
+            var_target("gated threads 2 vs 1", shape, &g[1], &g[0], 1.7, 1);
+            failures += gated_check(g, 2);
+        }
+        var_group_free(g, 2);
+    }
+#ifndef _OPENMP
+    printf("  (built without OpenMP: the 2-thread call ran on one thread)\n");
+#endif
+
+    free(wp);
+    free(Q);
+    free(K);
+    free(V);
+    for (i = 0; i < 4; ++i) free(O[i]);
+    free(G);
+    if (!q)
+        printf("%d of %d targets met (%.1f s)\n", var_pass, var_pass + var_miss,
+               now_s() - t_start);
+    else
+        printf("gated section: %d failure%s (%.1f s)\n", failures, failures == 1 ? "" : "s",
                now_s() - t_start);
     if (var_csv) {
         fclose(var_csv);
@@ -4047,6 +4501,8 @@ int main(int argc, char **argv)
     if (c.backward) failures += run_backward(&c, peers);
 
     if (c.variants) failures += run_variants(&c, cpu);
+
+    if (c.gated) failures += run_gated(&c, cpu);
 
 #ifdef FAVOR_BENCH_GGML
     if (c.ggml) failures += run_ggml(&c, cpu, &checks);
