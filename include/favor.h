@@ -7099,6 +7099,12 @@ static void favor__lam_set(float *lam, double x)
     lam[1] = (float)(x - (double)lam[0]);
 }
 
+/* Gated: L_i = l_i - G_i of row i (stash ri; +inf: a zero row) */
+static double favor__bwd_gated_L(const favor__bwd *b, const float *ri, size_t i)
+{
+    return ri[0] != 0.0f ? ((double)ri[1] + favor__bwd_logden(ri[0])) - b->gg[i] : INFINITY;
+}
+
 /* The gated split's own sums of a chunk's rows (one query head; stash in
  * b->rows, dout rows G), as the reverse pass will need them: R, rz as key
  * (segment start - 1) sees them, at scale lam, L_i = l_i - G_i with G_i the
@@ -7110,9 +7116,8 @@ static void favor__bwd_own_gated(const favor__map *mp, favor__bwd *b, const floa
     size_t i;
     double acc = b->gseg, lamd = favor__lam_get(lam), lo = INFINITY;
     for (i = 0; i < nr; ++i) {
-        const float *ri = b->rows + 3 * i;
-        acc += b->lg[i];
-        b->pp[i] = ri[0] != 0.0f ? ((double)ri[1] + favor__bwd_logden(ri[0])) - acc : INFINITY;
+        b->gg[i] = acc += b->lg[i];
+        b->pp[i] = favor__bwd_gated_L(b, b->rows + 3 * i, i);
         if (b->pp[i] < lo) lo = b->pp[i];
     }
     if (lo < lamd) { /* the sums come down to the new least offset */
@@ -7141,7 +7146,7 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
                                    const favor__stash *sto, float *c, size_t kr, size_t r0,
                                    size_t nr, float *lam)
 {
-    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j;
+    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, C = FAVOR__CHUNK, t, i, j, nf;
     size_t ldk = x->k->row_stride, ldv = x->v->row_stride;
     const float *K = (float *)x->k->data + hk * x->k->head_stride + kr * ldk;
     const float *V = (float *)x->v->data + hk * x->v->head_stride + kr * ldv;
@@ -7175,16 +7180,15 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
                 continue;
             }
             e = favor__chunk_e(&b->cb, *c, i);
-            og = 0.0f;
+            og = 0.0f; /* dout . o; without the normalizer: unused, 0 */
             for (j = 0; !mp->nonorm && j <= i; ++j) og += ai[j] * bi[j];
-            if (!mp->nonorm) og = (e * favor__dot(b->cb.qf + i * w, u, w) + og) / den; /* dout . o */
+            if (!mp->nonorm) og = (e * favor__dot(b->cb.qf + i * w, u, w) + og) / den;
             *favor__stash_at(sto, kr + i, 3 * t + 2) = ri[2] = og;
             favor__scal(u, e, w); /* den dphi(q_i) = e (S g_i - og z) + b_i kf */
             favor__axpy(u, -e * og, b->z, w);
             for (j = 0; j <= i; ++j) bi[j] -= og;
-            if (rising && (i > 0 || b->cb.lg)) {
-                /* b_ij *= exp(m_j - m_i), gated exp(D_j - D_i) as kf holds them */
-                size_t nf = b->cb.lg ? i + 1 : i;
+            nf = b->cb.lg ? i + 1 : i; /* gated: the diagonal too (kf's share) */
+            if (rising && nf) { /* b_ij as a_ij (favor__chunk_scores) */
                 favor__chunk_factors(&b->cb, i, nf);
                 favor__vmul(bi, b->cb.g, nf);
             }
@@ -7211,12 +7215,6 @@ static void favor__bwd_causal_rows(const favor__map *mp, const favor__bwd_args *
     b->cb.dd = NULL;
 }
 
-/* Gated: L_i = l_i - G_i of row i (stash ri; +inf: a zero row) */
-static double favor__bwd_gated_L(const favor__bwd *b, const float *ri, size_t i)
-{
-    return ri[0] != 0.0f ? ((double)ri[1] + favor__bwd_logden(ri[0])) - b->gg[i] : INFINITY;
-}
-
 /* The gated reverse pass (above) of a chunk of nr keys from kr: the chunk's
  * cumulative log-gates G_i into b->gg and the keys' offsets P_j into b->pp, from
  * the rows' stash in b->rows (grp heads, C apart) and the sums' scale lam; returns
@@ -7228,7 +7226,7 @@ static double favor__bwd_gated_offsets(const favor__map *mp, favor__bwd *b, cons
     double G = 0.0, run, cross;
     favor__log_gates(mp, 0, kr, nr, b->lg);
     for (i = 0; i < nr; ++i) b->gg[i] = G += b->lg[i];
-    cross = lam[1] < INFINITY ? ((double)lam[0] + lam[1]) - G : INFINITY;
+    cross = favor__lam_get(lam) - G; /* +inf stays */
     for (run = cross, i = nr; i-- > 0;) {
         for (t = 0; t < grp; ++t) {
             double L = favor__bwd_gated_L(b, b->rows + (t * C + i) * 3, i);
@@ -7277,7 +7275,7 @@ static void favor__bwd_causal_keys(const favor__map *mp, const favor__bwd_args *
             ri[1] = *favor__stash_at(sto, kr + i, 3 * t + 1);
             ri[2] = *favor__stash_at(sto, kr + i, 3 * t + 2);
         }
-        favor__bwd_min(b->rows + t * C * 3, nr, lo);
+        if (!gated) favor__bwd_min(b->rows + t * C * 3, nr, lo);
     }
     if (gated) cross = favor__bwd_gated_offsets(mp, b, lam, kr, nr, grp);
     else favor__bwd_lower(mp, b, lo, lam, dv);
@@ -7347,7 +7345,7 @@ static void favor__bwd_causal_pre(const favor__map *mp, const favor__bwd_args *x
     size_t lddk = x->dk->row_stride, lddv = x->dv->row_stride;
     const float *K = (float *)x->k->data + hk * x->k->head_stride, *V = (float *)x->v->data + hk * x->v->head_stride;
     float *DK = (float *)x->dk->data + hk * x->dk->head_stride, *DV = (float *)x->dv->data + hk * x->dv->head_stride;
-    double lamd = lam[1] < INFINITY ? (double)lam[0] + lam[1] : INFINITY;
+    double lamd = favor__lam_get(lam);
     size_t j, e = j1;
     if (favor__gated(mp)) { /* last chunk first: mu_j = lam + the gates after j */
         while (e > j0) {
