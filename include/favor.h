@@ -309,6 +309,7 @@
  * small: FAVOR_E_WORKSPACE, nothing written). Sizes queried with a 16-bit
  * tensor are upper bounds. A softmax call with a mask adds its tile map,
  * ceil(n / 64) ceil(n_k / 64) bytes per mask head (256 KB at n = n_k = 32768),
+ * and 52 KB per thread where it stages the mask's rows (prefill and backward),
  * and a decoding one R x 64 floats per thread; a backward with dsinks, 2 floats
  * per query head. With packed sequences the sizes are those of the largest
  * sequence's call. The queries read opts for these. Pass a buffer that large in
@@ -926,6 +927,21 @@ static inline float favor__s_pos_select(float x, float a, float b) { return x > 
 static inline float favor__s_hsum(float x) { return x; }
 static inline float favor__s_hmax(float x) { return x; }
 
+/* Loops over constant bounds that must become straight code with their arrays
+ * in registers (the register tile, the block transposes): gcc unrolls them when
+ * told (at -O2 it kept a transpose's 16 vectors on the stack, 3x slower), clang
+ * by itself. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FAVOR__INLINE static inline __attribute__((always_inline))
+#else
+#define FAVOR__INLINE static inline
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
+#define FAVOR__UNROLL _Pragma("GCC unroll 16") /* clang unrolls these by itself */
+#else
+#define FAVOR__UNROLL
+#endif
+
 #if FAVOR_SIMD == FAVOR_AVX2
 /* AVX2 + FMA: 8 lanes. max/min keep maxps' rule (NaN in either -> 2nd operand),
  * which is what the scalar a > b ? a : b does. */
@@ -1075,19 +1091,19 @@ static inline void favor__v_transpose(const float *s, size_t lds, float *d, size
 {
     __m512 r[16], u[16];
     int i, g, c;
-    for (i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * lds);
-    for (i = 0; i < 16; i += 2) { /* rows i, i+1: columns 4L, 4L+1 | 4L+2, 4L+3 */
+    FAVOR__UNROLL for (i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * lds);
+    FAVOR__UNROLL for (i = 0; i < 16; i += 2) { /* rows i, i+1: columns 4L, 4L+1 | 4L+2, 4L+3 */
         __m512 lo = _mm512_unpacklo_ps(r[i], r[i + 1]), hi = _mm512_unpackhi_ps(r[i], r[i + 1]);
         r[i] = lo;
         r[i + 1] = hi;
     }
-    for (g = 0; g < 16; g += 4) { /* u[g + c], block L: column 4L + c, rows g..g+3 */
+    FAVOR__UNROLL for (g = 0; g < 16; g += 4) { /* u[g + c], block L: column 4L + c, rows g..g+3 */
         u[g] = _mm512_shuffle_ps(r[g], r[g + 2], 0x44);
         u[g + 1] = _mm512_shuffle_ps(r[g], r[g + 2], 0xEE);
         u[g + 2] = _mm512_shuffle_ps(r[g + 1], r[g + 3], 0x44);
         u[g + 3] = _mm512_shuffle_ps(r[g + 1], r[g + 3], 0xEE);
     }
-    for (c = 0; c < 4; ++c) {
+    FAVOR__UNROLL for (c = 0; c < 4; ++c) {
         __m512 a = FAVOR__X4_EVEN(u[c], u[4 + c]), b = FAVOR__X4_ODD(u[c], u[4 + c]);
         __m512 e = FAVOR__X4_EVEN(u[8 + c], u[12 + c]), f = FAVOR__X4_ODD(u[8 + c], u[12 + c]);
         _mm512_storeu_ps(d + (size_t)c * ldd, FAVOR__X4_EVEN(a, e));
@@ -1791,17 +1807,7 @@ static void favor__elu1_grad(float *dx, const float *x, const float *phi, const 
  * latency. Every shape adds each C element's terms in the same order, so the
  * shape never changes a result. Written once with loops over constant bounds:
  * each call site below passes constants, so the compiler unrolls it and keeps
- * the accumulators in registers. */
-#if defined(__GNUC__) || defined(__clang__)
-#define FAVOR__INLINE static inline __attribute__((always_inline))
-#else
-#define FAVOR__INLINE static inline
-#endif
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
-#define FAVOR__UNROLL _Pragma("GCC unroll 16") /* clang unrolls these by itself */
-#else
-#define FAVOR__UNROLL
-#endif
+ * the accumulators in registers (FAVOR__INLINE, FAVOR__UNROLL: section 4.2). */
 
 /* vector v of nv whose last one has nt lanes (nt = FAVOR__W: whole) */
 #define FAVOR__TILE_LOAD(p, v) \
@@ -3621,17 +3627,24 @@ static const float *favor__mask_tile(const favor_tensor *m, size_t mh, size_t r0
     return favor__in(&t, mh, r0, nr, buf, ld);
 }
 
-/* 1 when some of the nr x nc mask values at M (ld apart) is not -inf (a row
- * at a time without early exit, which compilers vectorize) */
-static int favor__mask_any(const float *M, size_t ld, size_t nr, size_t nc)
+/* 1 when some of the nc mask values at M is not -inf: any bits other than
+ * -inf's (so a NaN counts), vectors ORed without early exit */
+static int favor__mask_any(const float *M, size_t nc)
 {
-    size_t r, c;
-    for (r = 0; r < nr; ++r) {
-        int any = 0;
-        for (c = 0; c < nc; ++c) any |= M[r * ld + c] != -INFINITY;
-        if (any) return 1;
+    const favor__vu ninf = favor__v_iset1(0xFF800000u);
+    favor__vu acc = favor__v_isub(ninf, ninf);
+    float lane[FAVOR__W];
+    uint32_t u, any = 0;
+    size_t c, nv = nc - nc % FAVOR__W;
+    for (c = 0; c < nv; c += FAVOR__W)
+        acc = favor__v_ior(acc, favor__v_isub(favor__v_asint(favor__v_load(M + c)), ninf));
+    favor__v_store(lane, favor__v_asfloat(acc));
+    for (c = 0; c < FAVOR__W; ++c) {
+        memcpy(&u, lane + c, sizeof u);
+        any |= u;
     }
-    return 0;
+    for (c = nv; c < nc; ++c) any |= M[c] != -INFINITY;
+    return any != 0;
 }
 
 /* the keys [*lo, *hi) row i of n sees among nk (empty: *lo == *hi) */
@@ -3685,6 +3698,8 @@ typedef struct {
     float slope;
     size_t mh;         /* the mask's head */
     const unsigned char *map; /* the block's row of the tile map, or NULL */
+    size_t stop;       /* the keys the block's loop reads end here (<= end) */
+    size_t st0, st1;   /* the keys whose mask rows are staged (favor__mask_stage) */
 } favor__blk;
 
 static void favor__blk_make(favor__blk *bk, const favor__mods *md, size_t n, size_t nk,
@@ -3712,6 +3727,8 @@ static void favor__blk_make(favor__blk *bk, const favor__mods *md, size_t n, siz
     bk->mh = md->mask ? favor__mask_head(md, h) : 0;
     bk->map = md->map ? md->map + (bk->mh * md->map_blocks + i0 / FAVOR__BQ) * md->map_tiles
                       : NULL;
+    bk->stop = bk->end;
+    bk->st0 = bk->st1 = 0;
 }
 
 /* 0 when the map says the keys [j0, j0 + nb), nb <= BK, are -inf for all the
@@ -3719,6 +3736,45 @@ static void favor__blk_make(favor__blk *bk, const favor__mods *md, size_t n, siz
 static int favor__tile_live(const favor__blk *bk, size_t j0, size_t nb)
 {
     return !bk->map || bk->map[j0 / FAVOR__BK] || bk->map[(j0 + nb - 1) / FAVOR__BK];
+}
+
+/* The mask's stage. A tile's mask is 64 pieces of 256 bytes, one per row, a
+ * mask row apart: read tile by tile, the pieces come from DRAM one short run
+ * at a time, and with a row stride of a power of two they share cache sets and
+ * evict each other before they are used (a dense fp32 mask cost 1.4x the
+ * unmasked call on Zen 5, against 1.1x when its tiles were in cache). So the
+ * block's rows of up to FAVOR__MSTAGE tiles the loop is about to read, live
+ * ones in a row, are copied at once into a stage, FAVOR__MLD floats a row (16
+ * more than the tiles, so its rows do not share sets), as one run of a row
+ * after another; 16-bit masks are widened on the way. The tiles then read the
+ * stage (1.17-1.19x the unmasked call then; two tiles a stage measured best,
+ * software prefetch of the next stage added nothing). The stage holds only
+ * what the scores read, so the results do not depend on it. */
+#define FAVOR__MSTAGE 2
+#define FAVOR__MLD (FAVOR__MSTAGE * FAVOR__BK + 16)
+/* floats of a masked block's scratch: the stage and one transposed tile */
+#define FAVOR__MASK_FLOATS (FAVOR__BQ * FAVOR__MLD + FAVOR__BK * FAVOR__BQ)
+
+/* the stage's rows of the tile [j0, j0 + nb), FAVOR__MLD floats apart, filled
+ * from j0 on when the stage does not hold them (stage: FAVOR__BQ FAVOR__MLD
+ * floats) */
+static const float *favor__mask_stage(const favor__mods *md, favor__blk *bk, size_t j0,
+                                      size_t nb, float *stage)
+{
+    if (j0 < bk->st0 || j0 + nb > bk->st1) {
+        size_t t, end = j0;
+        favor_tensor m;
+        for (t = 0; t < FAVOR__MSTAGE && end < bk->stop; ++t) {
+            size_t w = bk->stop - end < FAVOR__BK ? bk->stop - end : FAVOR__BK;
+            if (t && !favor__tile_live(bk, end, w)) break;
+            end += w;
+        }
+        m = favor__cols(md->mask, j0, end - j0);
+        favor__widen_rows(&m, bk->mh, bk->i0, bk->nq, stage, FAVOR__MLD);
+        bk->st0 = j0;
+        bk->st1 = end;
+    }
+    return stage + (j0 - bk->st0);
 }
 
 /* The tile map of a masked call of n rows and nk keys (md->map_blocks query
@@ -3732,14 +3788,16 @@ static void favor__mask_map(const favor__mods *md, size_t n, size_t nk, size_t i
     size_t nq = n - i0 < FAVOR__BQ ? n - i0 : FAVOR__BQ;
     unsigned char *row = map + it * md->map_tiles;
     memset(row, 0, md->map_tiles);
-    for (r = 0; r < nq; ++r)
+    for (r = 0; r < nq; ++r) {
+        const float *M = md->mask->dtype == FAVOR_F32 ? (const float *)favor__at(md->mask, mh, i0 + r)
+                                                     : NULL;
         for (j0 = 0; j0 < nk; j0 += FAVOR__BK) {
             size_t nb = nk - j0 < FAVOR__BK ? nk - j0 : FAVOR__BK;
-            const float *M;
             if (row[j0 / FAVOR__BK]) continue;
-            M = favor__mask_tile(md->mask, mh, i0 + r, 1, j0, nb, buf, &ld);
-            row[j0 / FAVOR__BK] = (unsigned char)favor__mask_any(M, ld, 1, nb);
+            row[j0 / FAVOR__BK] = (unsigned char)favor__mask_any(
+                M ? M + j0 : favor__mask_tile(md->mask, mh, i0 + r, 1, j0, nb, buf, &ld), nb);
         }
+    }
 }
 
 /* Fill md's tile map at map for n rows and nk keys, on nt threads (each with
@@ -3783,27 +3841,35 @@ static void favor__softmax_qt(const float *Q, size_t ldq, size_t nq, size_t d, f
 
 /* St = K_tile Qt (nb x BQ) for keys [j0, j0 + nb) (the tile's rows at K) and
  * the rows of bk, each score x then c tanh(x / c) (T: tanh(x / c), when not
- * NULL), less m_h |p_i - j|, plus the mask (mb: 2 BK BQ floats of scratch), and
- * the keys a row does not see at -inf (lanes past the rows are left as they
- * are) */
+ * NULL), less m_h |p_i - j|, plus the mask (mb: FAVOR__MASK_FLOATS of scratch,
+ * the stage's, kept from tile to tile of the block), and the keys a row does not
+ * see at -inf (lanes past the rows are left as they are). Without softcap the
+ * mask's tile, transposed to the key-major lanes, is where the products are
+ * summed into (x = mask + q.k, ALiBi then added): the mask costs no pass of
+ * its own. */
 static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, float *St, float *T,
-                                  size_t nb, size_t d, size_t j0, const favor__blk *bk,
+                                  size_t nb, size_t d, size_t j0, favor__blk *bk,
                                   const favor__mods *md, float *mb)
 {
     const size_t BQ = FAVOR__BQ;
+    const float *M = md->mask ? favor__mask_stage(md, bk, j0, nb, mb) : NULL;
+    int first = M && !(md->cap > 0.0f); /* the mask first, the products onto it */
     size_t j, r;
-    favor__gemm(nb, BQ, d, K, ldk, 1, Qt, BQ, St, BQ, 0);
+    if (first) {
+        favor__transpose(bk->nq, nb, M, FAVOR__MLD, St, BQ);
+        if (bk->nq < BQ) /* the lanes past the rows: 0, as the products are */
+            for (j = 0; j < nb; ++j) memset(St + j * BQ + bk->nq, 0, (BQ - bk->nq) * sizeof(float));
+    }
+    favor__gemm(nb, BQ, d, K, ldk, 1, Qt, BQ, St, BQ, first);
     if (md->cap > 0.0f)
         for (j = 0; j < nb; ++j) favor__softcap(St + j * BQ, T ? T + j * BQ : NULL, md->cap, BQ);
     if (bk->slope != 0.0f)
         for (j = 0; j < nb; ++j)
             favor__alibi(St + j * BQ, -bk->slope, (float)(bk->p0 - (ptrdiff_t)(j0 + j)), 1.0f, BQ);
-    if (md->mask) { /* the mask's rows, transposed to the tile's key-major lanes */
-        size_t ld;
-        const float *M = favor__mask_tile(md->mask, bk->mh, bk->i0, bk->nq, j0, nb,
-                                          mb + FAVOR__BK * BQ, &ld);
-        favor__transpose(bk->nq, nb, M, ld, mb, BQ);
-        for (j = 0; j < nb; ++j) favor__vadd(St + j * BQ, mb + j * BQ, bk->nq);
+    if (M && !first) { /* after the softcap: transposed, then added */
+        float *Mt = mb + FAVOR__BQ * FAVOR__MLD;
+        favor__transpose(bk->nq, nb, M, FAVOR__MLD, Mt, BQ);
+        for (j = 0; j < nb; ++j) favor__vadd(St + j * BQ, Mt + j * BQ, bk->nq);
     }
     if (bk->all0 <= j0 && j0 + nb <= bk->all1) return; /* every row sees every key */
     for (j = 0; j < nb; ++j)
@@ -3862,7 +3928,8 @@ static size_t favor__softmax_floats(const favor_tensor *q, const favor_tensor *k
 {
     size_t d = q->cols, dv = v->cols, a, b;
     if (d > SIZE_MAX / 8 / FAVOR__BQ || dv > SIZE_MAX / 8 / FAVOR__BQ) return 0;
-    a = d * FAVOR__BQ + (masked ? 3 : 1) * FAVOR__BK * FAVOR__BQ + 4 * FAVOR__BQ + dv * FAVOR__BQ;
+    a = d * FAVOR__BQ + FAVOR__BK * FAVOR__BQ + (masked ? FAVOR__MASK_FLOATS : 0) +
+        4 * FAVOR__BQ + dv * FAVOR__BQ;
     b = favor__io_floats(q, FAVOR__BQ) + favor__io_floats(k, FAVOR__BK) +
         favor__io_floats(v, FAVOR__BK);
     return a + b;
@@ -3997,7 +4064,7 @@ static int favor__decode_mask(const favor__dec *x, size_t g, size_t j0, size_t n
                 x->md.mask, favor__mask_head(&x->md, g * x->grp + r % x->grp), i, 1, j0 + ka,
                 kb - ka, dst, &ld);
             if (src != dst) memcpy(dst, src, (kb - ka) * sizeof(float));
-            any = any || favor__mask_any(dst, 0, 1, kb - ka);
+            any = any || favor__mask_any(dst, kb - ka);
         }
     }
     return any;
@@ -6136,23 +6203,25 @@ static size_t favor__bwd_stage_floats(const favor_tensor *q, const favor_tensor 
  * partials (the lse, when not given, first comes from a pass over query blocks
  * into the workspace). Every sum is the one-head pass's, term for term and in
  * order, so the results are bit-identical whichever way the call is split. */
-/* 1 when a softmax backward needs its tiles for softcap (T) or a mask */
-static int favor__bwd_more(const favor__mods *md) { return md->cap > 0.0f || md->mask; }
+/* what a softmax backward needs for softcap (1: T) or a mask (2: T and the
+ * mask's scratch) */
+static int favor__bwd_more(const favor__mods *md) { return md->mask ? 2 : md->cap > 0.0f; }
 
 static size_t favor__softmax_bwd_floats(size_t d, size_t dv, int more)
 {
     size_t a, b;
     if (!favor__add_ok(d, dv, &a) || !favor__add_ok(a, d, &a) || !favor__mul_ok(a, FAVOR__BQ, &a))
         return 0;
-    /* St, dP; with softcap or a mask T, with a mask its two more */
-    b = (more ? 5 : 2) * FAVOR__BK * FAVOR__BQ + 6 * FAVOR__BQ;
+    /* St, dP; with softcap or a mask T, with a mask its scratch */
+    b = (more ? 3 : 2) * FAVOR__BK * FAVOR__BQ + (more > 1 ? FAVOR__MASK_FLOATS : 0) +
+        6 * FAVOR__BQ;
     return favor__add_ok(a, b, &a) && a <= SIZE_MAX / sizeof(float) ? a : 0;
 }
 
 /* The lse of the rows of bk (Qt: favor__softmax_qt) over the keys they see,
  * with the forward's running statistics and sink. */
 static void favor__softmax_bwd_lse(const float *Qt, const float *K, size_t ldk, size_t d,
-                                   const favor__blk *bk, const favor__mods *md, float sink,
+                                   favor__blk *bk, const favor__mods *md, float sink,
                                    float *St, float *m, float *alpha, float *mc, float *tmp,
                                    float *L, float *mb)
 {
@@ -6258,6 +6327,7 @@ static void favor__softmax_bwd_keys(const float *Q, size_t ldq, const float *K, 
     favor__blk_make(&bk, md, n, nk, i0, h);
     for (r = 0; r < bk.nq; ++r) memset(DQP + r * ldp, 0, d * sizeof(float));
     kend = bk.end < kb1 ? bk.end : kb1;
+    bk.stop = kend; /* the mask's stage reads no key past the part */
     for (j0 = kb0 > bk.beg ? kb0 : bk.beg; j0 < kend; j0 += BK) {
         size_t j, nb = kend - j0 < BK ? kend - j0 : BK, nq = bk.nq;
         if (!favor__tile_live(&bk, j0, nb)) continue;
