@@ -161,7 +161,17 @@ static inline const char *tu_kernel_name(favor_kernel k)
     return "?";
 }
 
-/* The backend this binary was configured for: CMake passes -DFAVOR_EXPECT_BACKEND. */
+/* The backend this binary was configured for: CMake passes -DFAVOR_EXPECT_BACKEND;
+ * for a FAVOR_DISPATCH build (FAVOR_TEST_DISPATCH), the target it is forced to
+ * by the environment variable FAVOR_TEST_BACKEND (tu_check_backend). */
+#ifdef FAVOR_TEST_DISPATCH
+static inline const char *tu_dispatch_target(void)
+{
+    const char *t = getenv("FAVOR_TEST_BACKEND");
+    return t ? t : "(FAVOR_TEST_BACKEND unset)";
+}
+#define FAVOR_EXPECT_BACKEND tu_dispatch_target()
+#endif
 #ifndef FAVOR_EXPECT_BACKEND
 #ifdef FAVOR_NO_SIMD
 #define FAVOR_EXPECT_BACKEND "scalar"
@@ -181,6 +191,12 @@ static inline const char *tu_kernel_name(favor_kernel k)
 /* Every test binary calls this first from main(); a misconfigured build fails. */
 static inline int tu_check_backend(void)
 {
+#ifdef FAVOR_TEST_DISPATCH
+    if (favor_set_backend(getenv("FAVOR_TEST_BACKEND")) != FAVOR_OK) {
+        fprintf(stderr, "cannot force the backend %s\n", tu_dispatch_target());
+        return 1;
+    }
+#endif
 #ifdef FAVOR_EXPECT_BACKEND
     if (strcmp(favor_backend(), FAVOR_EXPECT_BACKEND) != 0) {
         fprintf(stderr, "backend is %s, this build expected %s\n", favor_backend(),
