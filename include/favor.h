@@ -291,6 +291,23 @@
  * split as a call of its own. The split is fixed by the shape, so
  * results are bit-identical for any thread count.
  *
+ * RUNTIME DISPATCH (FAVOR_DISPATCH, defined where FAVOR_IMPLEMENTATION is; x86-64
+ * under gcc >= 8 or clang >= 7). The implementation then holds three copies of
+ * its kernels, scalar, AVX2+FMA+F16C and AVX-512 (F, DQ, BW, VL), compiled from
+ * the same text by including this file again once per target under the
+ * compiler's target pragma (section 4.0), so the translation unit needs no -m
+ * flag. The first call picks the best target that cpuid reports and the OS saves
+ * the registers of (xgetbv); favor_backend() names it and favor_set_backend()
+ * forces another the CPU runs. That choice, one pointer behind an atomic load,
+ * is the library's only static state: choosing is idempotent, so threads that
+ * race to it agree. Each target gives, bit for bit, the results of a static
+ * build of it (-std=c99 or -ffp-contract=off; under gcc's default GNU modes,
+ * contraction of a*b+c may differ between the two builds), at the same speed
+ * (favor_linear_step within 1%), for about three times the code (508 KB of text
+ * with gcc 12 -O2 against 180 KB for the AVX-512 build). Elsewhere (AArch64,
+ * 32-bit x86, other compilers), with FAVOR_SIMD or FAVOR_NO_SIMD, the macro is
+ * accepted and ignored: the backend comes from the compiler's flags as before.
+ *
  * WORKSPACE. Each operation has a favor_*_workspace() query returning the bytes it
  * needs (a slice per thread; with fewer than 8 key/value heads, ceil(16 / heads)
  * states per key/value head for the split, and for the linear backward
@@ -314,8 +331,9 @@
  * per query head. With packed sequences the sizes are those of the largest
  * sequence's call. The queries read opts for these. Pass a buffer that large in
  * favor_options.workspace, or NULL to let the call allocate with FAVOR_MALLOC and
- * free before it returns. Nothing else is allocated and there is no global state:
- * every function is reentrant.
+ * free before it returns. Nothing else is allocated and there is no global state
+ * (under FAVOR_DISPATCH, one pointer: see RUNTIME DISPATCH): every function is
+ * reentrant.
  *
  * ERRORS. Every entry point validates all its arguments before it writes anything;
  * on a bad argument it returns a favor_status other than FAVOR_OK and leaves every
@@ -375,6 +393,7 @@
  *          linear backward takes them and writes dL/dg to dgates. A pending
  *          token keeps its log-gate: favor_state_floats grows by heads*16.
  *          A subnormal softcap is FAVOR_E_ARG (1/c is infinite).
+ *          FAVOR_DISPATCH (RUNTIME DISPATCH) and favor_set_backend.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -398,6 +417,13 @@
  *                          compiler cannot build is an #error.
  *   FAVOR_NO_SIMD          force the portable scalar backend (same as
  *                          FAVOR_SIMD=FAVOR_SCALAR).
+ *   FAVOR_DISPATCH         choose the backend at run time: the best the CPU
+ *                          has, with no -m flag (x86-64, gcc or clang; see
+ *                          RUNTIME DISPATCH). Ignored elsewhere, and when
+ *                          FAVOR_SIMD or FAVOR_NO_SIMD is defined.
+ *   FAVOR_SELF             under FAVOR_DISPATCH, this file's name as it
+ *                          includes itself (default "favor.h"): set it when
+ *                          the header is copied under another name.
  *   FAVOR_MALLOC(bytes) / FAVOR_FREE(ptr)   allocator for workspaces the caller
  *                          did not supply (default malloc/free; define both or
  *                          neither).

@@ -46,9 +46,11 @@ asan() { # $1 compiler
 
 job_valgrind() {
     echo "== valgrind memcheck: the test binaries of the suite"
-    # -O1 -g: readable reports. FAVOR_NATIVE=OFF: the examples are otherwise
-    # built with -march=native, which is AVX-512 code on such a CPU, and valgrind
-    # stops on its first AVX-512 instruction (SIGILL); for the same reason
+    # -O1 -g: readable reports. FAVOR_NATIVE=OFF (the default): the examples
+    # are built with FAVOR_DISPATCH, which chooses AVX2 under valgrind (it hides
+    # AVX-512 from cpuid), not with -march=native, which is AVX-512 code on such a
+    # CPU, and valgrind stops on its first AVX-512 instruction (SIGILL); for that
+    # reason too
     # FAVOR_TEST_AVX512=OFF (the ASan jobs run that variant). Left out: the bench; the
     # training smoke test and the interop test (driven by cmake -P and Python,
     # not wrapped); the 10^7-token recurrence and the exp and tanh sweeps (minutes under
