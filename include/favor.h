@@ -301,8 +301,10 @@
  * forces another the CPU runs. That choice, one pointer behind an atomic load,
  * is the library's only static state: choosing is idempotent, so threads that
  * race to it agree. Each target gives, bit for bit, the results of a static
- * build of it (-std=c99 or -ffp-contract=off; under gcc's default GNU modes,
- * contraction of a*b+c may differ between the two builds), at the same speed
+ * build with its flags (-mavx2 -mfma -mf16c; -mavx512f -mavx512dq -mavx512bw
+ * -mavx512vl -mfma -mf16c), in ISO and GNU C modes (-march=native adds other
+ * extensions and tuning: under the GNU modes, where gcc contracts a*b+c by
+ * itself, that can change a few roundings, between static builds too), at the same speed
  * (favor_linear_step within 1%), for about three times the code (508 KB of text
  * with gcc 12 -O2 against 180 KB for the AVX-512 build). Elsewhere (AArch64,
  * 32-bit x86, other compilers), with FAVOR_SIMD or FAVOR_NO_SIMD, the macro is
