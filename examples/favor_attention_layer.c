@@ -48,7 +48,7 @@
  * The exit status is 1 when an error is above its tolerance or not finite.
  * Timings of the two calls (best of --repeat runs) are informational only.
  *
- * RUNNING. Built by CMake as build/favor_attention_layer (-march=native, OpenMP
+ * RUNNING. Built by CMake as build/favor_attention_layer (FAVOR_DISPATCH, OpenMP
  * if found); ctest's favor_attention_layer runs `--method all --check` at the
  * defaults (B = 4, T = 64, C = 768, NH = 12: d = 64) with 64 features for
  * FAVOR+. GPT-2 small's own context, and a longer check:

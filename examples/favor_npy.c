@@ -75,7 +75,8 @@
  * OUT that exists and is not a regular file, such as /dev/null or a pipe, is
  * written to directly; a symbolic link is followed).
  *
- * Built by CMake as build/favor_npy and installed as bin/favor-npy. */
+ * Built by CMake as build/favor_npy and installed as bin/favor-npy, with
+ * FAVOR_DISPATCH: it runs the best backend of whatever x86-64 runs it. */
 #define _XOPEN_SOURCE 700 /* POSIX.1-2008 with realpath() */
 #define _FILE_OFFSET_BITS 64 /* files over 2 GiB on 32-bit hosts */
 

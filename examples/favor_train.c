@@ -43,7 +43,7 @@
  * whatever the thread count. Everything is allocated before the first step; a step allocates
  * nothing. Training and held-out sequences come from different random streams.
  *
- * RUNNING. Built by CMake as build/favor_train (-march=native, OpenMP if found).
+ * RUNNING. Built by CMake as build/favor_train (FAVOR_DISPATCH, OpenMP if found).
  * On 2 AVX2 cores a step of the defaults takes about 15 ms (softmax, FAVOR+)
  * or 10 ms (elu) when the machine is otherwise idle:
  *     ./build/favor_train                    FAVOR+, m = 128: 99.8% in ~15-25 s
