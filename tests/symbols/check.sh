@@ -6,8 +6,12 @@
 # `nm -g --defined-only` that
 #   - every exported symbol starts with favor_ and none with favor__ (the
 #     private prefix: private helpers must be static), and the public API is
-#     there (favor_softmax_attention, favor_linear_step);
+#     there (favor_softmax_attention, favor_linear_step, favor_set_backend);
 #   - the same with FAVOR_STATIC exports nothing at all.
+# Also for FAVOR_DISPATCH without -m flags (x86-64 only: elsewhere the header
+# ignores it), where every target's copy of the implementation (favor__x_scalar,
+# favor__x_avx2, favor__x_avx512) must be static too, and the object must hold
+# all three targets' tables (locals; else the dispatch was not compiled in).
 # Then builds tests/symbols/{tu_extern,tu_static,main}.c into one program with
 # -Wall -Wextra -pedantic -Werror (favor.h included twice plainly, once with
 # FAVOR_IMPLEMENTATION and once more after; plus a FAVOR_STATIC copy in a
@@ -56,7 +60,7 @@ check_flags() {
         echo "$private" | sed 's/^/    /'
         fails=$((fails + 1))
     fi
-    for api in favor_softmax_attention favor_linear_step favor_status_string; do
+    for api in favor_softmax_attention favor_linear_step favor_status_string favor_set_backend; do
         if ! grep -qx "$api" "$tmp/exported"; then
             echo "FAIL: $name: $api is not exported (nm output not understood?)"
             fails=$((fails + 1))
@@ -86,6 +90,19 @@ case $($CC -dumpmachine 2>/dev/null || echo unknown) in
 x86_64* | amd64* | i?86*) check_flags "AVX2" -O2 -mavx2 -mfma ;;
 esac
 check_flags "OpenMP" -O2 -fopenmp
+case $($CC -dumpmachine 2>/dev/null || echo unknown) in
+x86_64* | amd64*)
+    rm -f "$tmp/impl.o"
+    check_flags "dispatch" -O0 -DFAVOR_DISPATCH # (-O0: the symbols are the same, the compile 5x faster)
+    for t in scalar avx2 avx512; do
+        if [ -f "$tmp/impl.o" ] && ! $NM "$tmp/impl.o" | grep -q " favor__dtable_$t\$"; then
+            echo "FAIL: dispatch: no favor__dtable_$t in the object (FAVOR_DISPATCH not compiled in?)"
+            fails=$((fails + 1))
+        fi
+    done
+    ;;
+*) echo "symbols: dispatch: not an x86-64 target ($($CC -dumpmachine 2>/dev/null || echo unknown)), skipped" ;;
+esac
 
 # the multi-TU program
 if $CC -std=c99 -O2 -Wall -Wextra -pedantic -Werror -I"$inc" -I"$here" "$here/tu_extern.c" \

@@ -14,10 +14,15 @@
  *     favor_softmax_attention, non-causal and causal (causal with opts.lse),
  *     favor_linear_attention, FAVOR+ and elu+1, non-causal and causal,
  *     favor_softmax_attention_backward and favor_linear_attention_backward (causal),
- *     favor_linear_extend (two blocks) and favor_linear_step on its own state.
- * The library claims no global state and reentrant functions; a data race
- * anywhere would show up as a ThreadSanitizer report (tests/tsan/run.sh) and
- * very likely as a mismatch here.
+ *     favor_linear_extend (two blocks) and favor_linear_step on its own state,
+ *     favor_set_backend(NULL) (under FAVOR_DISPATCH: storing the choice again).
+ * Before all that, the program's first calls are made by the threads at once,
+ * half favor_backend and half favor_set_backend(NULL): under FAVOR_DISPATCH each
+ * finds no backend chosen yet and chooses it, racing on the library's one static
+ * (an atomic pointer); all must name the same backend.
+ * The library claims no global state (but that pointer, under FAVOR_DISPATCH) and
+ * reentrant functions; a data race anywhere would show up as a ThreadSanitizer
+ * report (tests/tsan/run.sh) and very likely as a mismatch here.
  *
  * Built without OpenMP: libgomp is not instrumented for ThreadSanitizer and
  * its own synchronization is reported as races (false positives), so
@@ -197,6 +202,7 @@ static int run_step(int which, results *r, int own)
     }
     case 7: /* queries that touch no data: status strings, defaults, sizes */
         st |= strncmp(favor_status_string(FAVOR_E_SHAPE), "FAVOR_E_SHAPE", 13) != 0;
+        st |= favor_set_backend(NULL) != FAVOR_OK; /* the same choice, stored again */
         st |= favor_features_width(&g_fpos) != M;
         st |= favor_state_floats(&g_felu, HKV, DVV) == 0;
         return st;
@@ -244,13 +250,41 @@ static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
 static int gate_open;
 
+static void gate_wait(void)
+{
+    pthread_mutex_lock(&gate_mu);
+    while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
+    pthread_mutex_unlock(&gate_mu);
+}
+
+static void gate_release(void)
+{
+    pthread_mutex_lock(&gate_mu);
+    gate_open = 1;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
+}
+
+/* the program's first call into favor.h, from every thread at once (the main
+   thread makes none before): favor_set_backend(NULL) or favor_backend() */
+typedef struct {
+    int set;          /* call favor_set_backend(NULL) first               */
+    const char *name; /* then favor_backend(); NULL when set_backend failed */
+} first;
+
+static void *first_call(void *arg)
+{
+    first *f = (first *)arg;
+    gate_wait();
+    f->name = f->set && favor_set_backend(NULL) != FAVOR_OK ? NULL : favor_backend();
+    return NULL;
+}
+
 static void *worker(void *arg)
 {
     job *j = (job *)arg;
     int rep;
-    pthread_mutex_lock(&gate_mu);
-    while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
-    pthread_mutex_unlock(&gate_mu);
+    gate_wait();
     for (rep = 0; rep < REPS && !j->fails; ++rep) {
         int own = (rep + j->index) % 2;
         memset(j->r, 0xff, sizeof *j->r); /* NaN everywhere: a skipped write shows */
@@ -269,9 +303,26 @@ int main(void)
 {
     pthread_t th[NTHREADS];
     job jobs[NTHREADS];
+    first firsts[NTHREADS];
     size_t i;
     int t, fails = 0;
     float wel[1];
+    for (t = 0; t < NTHREADS; ++t) {
+        firsts[t].set = t % 2;
+        if (pthread_create(&th[t], NULL, first_call, &firsts[t]) != 0) {
+            fprintf(stderr, "cannot start thread %d\n", t);
+            return 1;
+        }
+    }
+    gate_release();
+    for (t = 0; t < NTHREADS; ++t) pthread_join(th[t], NULL);
+    gate_open = 0; /* (every thread joined) closed again for the workers */
+    for (t = 0; t < NTHREADS; ++t)
+        if (!firsts[t].name || strcmp(firsts[t].name, favor_backend()) != 0) {
+            fprintf(stderr, "first calls: thread %d got backend %s, then %s\n", t,
+                    firsts[t].name ? firsts[t].name : "(favor_set_backend failed)", favor_backend());
+            return 1;
+        }
     for (i = 0; i < sizeof g_q / sizeof g_q[0]; ++i) g_q[i] = rnd();
     for (i = 0; i < sizeof g_k / sizeof g_k[0]; ++i) g_k[i] = rnd();
     for (i = 0; i < sizeof g_v / sizeof g_v[0]; ++i) g_v[i] = rnd();
@@ -300,10 +351,7 @@ int main(void)
             return 1;
         }
     }
-    pthread_mutex_lock(&gate_mu);
-    gate_open = 1;
-    pthread_cond_broadcast(&gate_cv);
-    pthread_mutex_unlock(&gate_mu);
+    gate_release();
     for (t = 0; t < NTHREADS; ++t) {
         pthread_join(th[t], NULL);
         if (jobs[t].fails) {
@@ -312,7 +360,12 @@ int main(void)
         }
         free(jobs[t].r);
     }
-    printf("concurrent (%s backend): %d threads x %d runs of every entry point: %s\n",
-           favor_backend(), NTHREADS, REPS, fails ? "MISMATCH" : "bit-identical to the serial run");
+#ifdef FAVOR_DISPATCH
+    printf("concurrent (FAVOR_DISPATCH, %s backend): ", favor_backend());
+#else
+    printf("concurrent (%s backend): ", favor_backend());
+#endif
+    printf("%d threads x %d runs of every entry point: %s\n", NTHREADS, REPS,
+           fails ? "MISMATCH" : "bit-identical to the serial run");
     return fails ? 1 : 0;
 }
