@@ -8396,11 +8396,10 @@ static unsigned favor__cpu_targets(void) /* bit 0 scalar, 1 avx2, 2 avx512 */
 
 static const struct favor__dispatch *const favor__dtables[3] = {
     &favor__dtable_scalar, &favor__dtable_avx2, &favor__dtable_avx512};
-static const char *const favor__dnames[3] = {"scalar", "avx2", "avx512"};
 
 /* The library's only static state: the chosen table, NULL until the first
  * call. Choosing is idempotent (every thread that races to it stores the same
- * pointer), so a relaxed/acquire pair of atomic accesses is all it needs. */
+ * pointer), so a release store and acquire loads are all it needs. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_ATOMICS__) && \
     !defined(__cplusplus)
 #include <stdatomic.h>
@@ -8435,8 +8434,8 @@ FAVOR_API favor_status favor_set_backend(const char *name)
         return FAVOR_OK;
     }
     m = favor__cpu_targets();
-    for (i = 0; i < 3; ++i)
-        if (strcmp(name, favor__dnames[i]) == 0) {
+    for (i = 0; i < 3; ++i) /* each target's own favor_backend() names it */
+        if (strcmp(name, favor__dtables[i]->m_favor_backend()) == 0) {
             if (!(m >> i & 1u)) return FAVOR_E_ARG; /* the CPU (or the OS) lacks it */
             favor__dstore(favor__dtables[i]);
             return FAVOR_OK;
