@@ -4284,7 +4284,8 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             continue; /* the mask hides the tile from every row */
         favor__ahead ahead; /* the next tile's keys and values (the next block's
                                first, which is this thread's next item when it
-                               has the keys in order), during the first row */
+                               has the keys in order), during the first row;
+                               direct rows only up to FAVOR__DEC_PREFETCH bytes */
         if (direct) {
             K = favor__at(x->k, g, j0);
             V = favor__at(x->v, g, j0);

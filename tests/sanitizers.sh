@@ -59,8 +59,9 @@ job_valgrind() {
     # the interop test (driven by cmake -P and Python, not wrapped);
     # tsan_concurrent (the TSan job races it); the 10^7-token recurrence and the
     # exp and tanh sweeps (minutes under valgrind, register arithmetic on a few
-    # small arrays; the ASan jobs run both); the AVX2 variants of every suite but test_backends, test_dtypes and
-    # the examples and standalone tests (the scalar variants run the same
+    # small arrays; the ASan jobs run both); the AVX2 variants of every suite
+    # but test_backends, test_dtypes and the examples and standalone tests (the
+    # scalar variants run the same
     # kernels here, written once over the vector layer, and test_backward alone
     # took over 16 minutes under valgrind; the ASan/UBSan jobs run them all; the
     # AVX2 vocabulary, its loads, stores, tails and 16-bit conversions, still
