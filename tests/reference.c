@@ -1,5 +1,10 @@
 /* The float64 reference of the favor.h tests (see reference.h): design.md
- * section 1 evaluated directly, O(n n_k) per head, in double.
+ * section 1 evaluated directly, in double: softmax over the explicit scores,
+ * O(n n_k) per head; linear attention through its features in the associative
+ * form, prefix sums over the keys, O((n + n_k) width d_v) per head (the explicit
+ * weights, O(n n_k width), made the references most of the test time, and
+ * under valgrind and qemu most of CI's; test_linear holds the two forms to
+ * 1e-12 of each other).
  *
  * Feature maps (x' = sqrt(s) x, W = f->w widened to double, m = f->count):
  *     ELU1        elu(x) + 1 on the unscaled x                  width d
@@ -148,6 +153,35 @@ static void ref_feature_row(const favor_features *f, const double *x, double sca
     }
 }
 
+/* The nk key rows K of one head as the linear references use them: phi(k_j)
+ * exp(c_j - C) at pk (nk x width), C the largest row constant (lc: nk
+ * doubles, u: m doubles of scratch) */
+static void ref_stable_keys(const favor_features *f, const double *K, size_t nk, double scale,
+                            double *pk, double *lc, double *u)
+{
+    size_t width = ref_width(f), j, l;
+    double C = -HUGE_VAL;
+    for (j = 0; j < nk; ++j) {
+        ref_feature_row(f, K + j * f->dim, scale, pk + j * width, u, &lc[j]);
+        if (lc[j] > C) C = lc[j];
+    }
+    for (j = 0; j < nk; ++j) {
+        double e = exp(lc[j] - C);
+        for (l = 0; l < width; ++l) pk[j * width + l] *= e;
+    }
+}
+
+/* S += a b^T (width x dv) and z += a */
+static void ref_prefix_add(double *S, double *z, const double *a, const double *b, size_t width,
+                           size_t dv)
+{
+    size_t l, c;
+    for (l = 0; l < width; ++l) {
+        z[l] += a[l];
+        for (c = 0; c < dv; ++c) S[l * dv + c] += a[l] * b[c];
+    }
+}
+
 void ref_features(const favor_features *f, const double *x, size_t rows, double scale,
                   double *phi)
 {
@@ -269,42 +303,43 @@ static void ref_poly2_backward(const double *q, const double *k, const double *v
     free(o);
 }
 
-/* linear attention through the features */
+/* linear attention through the features, in the associative form: the rows
+ * of a head in order, each after the prefix sums S = sum_j phi(k_j) v_j^T
+ * (width x dv) and z = sum_j phi(k_j) of the keys it sees, o_i = phi(q_i)^T S /
+ * phi(q_i).z. That is O((n + n_k) width dv) per head where the explicit weights
+ * cost O(n n_k width): the same formula summed in another order (test_linear
+ * checks it against the explicit weights of ref_weights). */
 static void ref_linear_features(const favor_features *f, const double *q, const double *k,
                                 const double *v, double *out, size_t hq, size_t hkv,
                                 size_t n, size_t nk, size_t dv, double scale, int causal)
 {
-    size_t group = hq / hkv, d = f->dim, width = ref_width(f), h, g, i, j, c, l;
+    size_t group = hq / hkv, d = f->dim, width = ref_width(f), h, g, i, c, l;
     double *pq = (double *)ref_alloc(width, sizeof *pq);
     double *pk = (double *)ref_alloc(nk * width, sizeof *pk);
     double *lc = (double *)ref_alloc(nk, sizeof *lc);
     double *u = (double *)ref_alloc(f->count ? f->count : 1, sizeof *u);
+    double *S = (double *)ref_alloc(width * dv, sizeof *S);
+    double *z = (double *)ref_alloc(width, sizeof *z);
     if (scale == 0) scale = f->scale;
 
     for (g = 0; g < hkv; ++g) {
-        /* Keys of kv head g: phi(k_j) exp(-C), C the largest row constant. */
-        double C = -HUGE_VAL;
-        for (j = 0; j < nk; ++j) {
-            ref_feature_row(f, k + (g * nk + j) * d, scale, pk + j * width, u, &lc[j]);
-            if (lc[j] > C) C = lc[j];
-        }
-        for (j = 0; j < nk; ++j) {
-            double e = exp(lc[j] - C);
-            for (l = 0; l < width; ++l) pk[j * width + l] *= e;
-        }
+        const double *V = v + g * nk * dv;
+        ref_stable_keys(f, k + g * nk * d, nk, scale, pk, lc, u);
         for (h = g * group; h < (g + 1) * group; ++h) {
-            const double *V = v + g * nk * dv;
+            size_t seen = 0;
+            for (l = 0; l < width * dv; ++l) S[l] = 0;
+            for (l = 0; l < width; ++l) z[l] = 0;
             for (i = 0; i < n; ++i) {
                 double logc, den = 0;
                 double *o = out + (h * n + i) * dv;
                 size_t vis = ref_visible(i, n, nk, causal);
+                for (; seen < vis; ++seen) /* vis does not decrease with i */
+                    ref_prefix_add(S, z, pk + seen * width, V + seen * dv, width, dv);
                 ref_feature_row(f, q + (h * n + i) * d, scale, pq, u, &logc);
                 for (c = 0; c < dv; ++c) o[c] = 0;
-                for (j = 0; j < vis; ++j) {
-                    double a = 0;
-                    for (l = 0; l < width; ++l) a += pq[l] * pk[j * width + l];
-                    den += a;
-                    for (c = 0; c < dv; ++c) o[c] += a * V[j * dv + c];
+                for (l = 0; l < width; ++l) {
+                    den += pq[l] * z[l];
+                    for (c = 0; c < dv; ++c) o[c] += pq[l] * S[l * dv + c];
                 }
                 if (den != 0)
                     for (c = 0; c < dv; ++c) o[c] /= den;
@@ -317,6 +352,8 @@ static void ref_linear_features(const favor_features *f, const double *q, const 
     free(pk);
     free(lc);
     free(u);
+    free(S);
+    free(z);
 }
 
 void ref_linear(const favor_features *f, const double *q, const double *k,
@@ -473,6 +510,15 @@ static void ref_feature_grad(const favor_features *f, const double *x, double sc
     }
 }
 
+/* The gradients in the associative form of ref_linear_features. With a_ij =
+ * phi(q_i).phi(k_j), den_i = phi(q_i).z_i, g_i = dout_i and go_i = g_i.o_i, the
+ * explicit sums over the pairs (i, j) row i sees,
+ *     dphi(q_i) = sum_j e_ij phi(k_j),   e_ij = (g_i.v_j - go_i) / den_i
+ *     dphi(k_j) = sum_i e_ij phi(q_i),   dv_j = sum_i a_ij g_i / den_i,
+ * regroup into the prefix sums S, z of the forward (dphi(q_i) = (S_i g_i - go_i
+ * z_i) / den_i) and suffix sums over the rows that see key j, T_j = sum_i
+ * phi(q_i) g_i^T / den_i (width x dv) and w_j = sum_i phi(q_i) go_i / den_i:
+ * dphi(k_j) = T_j v_j - w_j and dv_j = T_j^T phi(k_j). */
 static void ref_linear_backward_features(const favor_features *f, const double *q,
                                          const double *k, const double *v,
                                          const double *dout, double *dq, double *dk,
@@ -480,62 +526,80 @@ static void ref_linear_backward_features(const favor_features *f, const double *
                                          size_t nk, size_t dv_cols, double scale, int causal)
 {
     size_t group = hq / hkv, d = f->dim, width = ref_width(f), g, h, i, j, c, l;
-    double *pq = (double *)ref_alloc(width, sizeof *pq);
+    double *pq = (double *)ref_alloc(n * width, sizeof *pq);
     double *dpq = (double *)ref_alloc(width, sizeof *dpq);
     double *pk = (double *)ref_alloc(nk * width, sizeof *pk);
     double *dpk = (double *)ref_alloc(nk * width, sizeof *dpk);
     double *lc = (double *)ref_alloc(nk, sizeof *lc);
-    double *a = (double *)ref_alloc(nk, sizeof *a);
+    double *den = (double *)ref_alloc(n, sizeof *den);
+    double *go = (double *)ref_alloc(n, sizeof *go);
     double *o = (double *)ref_alloc(dv_cols, sizeof *o);
     double *u = (double *)ref_alloc(f->count ? f->count : 1, sizeof *u);
+    double *S = (double *)ref_alloc(width * dv_cols, sizeof *S);
+    double *z = (double *)ref_alloc(width, sizeof *z);
     if (scale == 0) scale = f->scale;
 
     for (i = 0; i < hkv * nk * dv_cols; ++i) dv[i] = 0;
     for (g = 0; g < hkv; ++g) {
         const double *V = v + g * nk * dv_cols;
         double *dV = dv + g * nk * dv_cols;
-        /* keys as in ref_linear: phi(k_j) exp(-C) */
-        double C = -HUGE_VAL;
-        for (j = 0; j < nk; ++j) {
-            ref_feature_row(f, k + (g * nk + j) * d, scale, pk + j * width, u, &lc[j]);
-            if (lc[j] > C) C = lc[j];
-        }
-        for (j = 0; j < nk; ++j) {
-            double e = exp(lc[j] - C);
-            for (l = 0; l < width; ++l) pk[j * width + l] *= e;
-        }
+        ref_stable_keys(f, k + g * nk * d, nk, scale, pk, lc, u);
         for (l = 0; l < nk * width; ++l) dpk[l] = 0;
         for (h = g * group; h < (g + 1) * group; ++h) {
+            size_t seen = 0, r;
+            /* rows in order: the forward, go_i and dq_i */
+            for (l = 0; l < width * dv_cols; ++l) S[l] = 0;
+            for (l = 0; l < width; ++l) z[l] = 0;
             for (i = 0; i < n; ++i) {
                 const double *qi = q + (h * n + i) * d, *gi = dout + (h * n + i) * dv_cols;
-                double *dqi = dq + (h * n + i) * d;
-                double logc, den = 0, go = 0;
+                double *dqi = dq + (h * n + i) * d, *pqi = pq + i * width, logc;
                 size_t vis = ref_visible(i, n, nk, causal);
+                for (; seen < vis; ++seen)
+                    ref_prefix_add(S, z, pk + seen * width, V + seen * dv_cols, width, dv_cols);
                 for (c = 0; c < d; ++c) dqi[c] = 0;
-                if (vis == 0) continue;
-                ref_feature_row(f, qi, scale, pq, u, &logc);
+                den[i] = go[i] = 0;
+                if (vis == 0) continue; /* den 0: the row contributes nothing */
+                ref_feature_row(f, qi, scale, pqi, u, &logc);
                 for (c = 0; c < dv_cols; ++c) o[c] = 0;
-                for (j = 0; j < vis; ++j) {
+                for (l = 0; l < width; ++l) {
+                    den[i] += pqi[l] * z[l];
+                    for (c = 0; c < dv_cols; ++c) o[c] += pqi[l] * S[l * dv_cols + c];
+                }
+                if (den[i] == 0) continue;
+                for (c = 0; c < dv_cols; ++c) go[i] += gi[c] * (o[c] / den[i]);
+                for (l = 0; l < width; ++l) {
                     double t = 0;
-                    for (l = 0; l < width; ++l) t += pq[l] * pk[j * width + l];
-                    a[j] = t;
-                    den += t;
-                    for (c = 0; c < dv_cols; ++c) o[c] += t * V[j * dv_cols + c];
+                    for (c = 0; c < dv_cols; ++c) t += S[l * dv_cols + c] * gi[c];
+                    dpq[l] = (t - go[i] * z[l]) / den[i];
                 }
-                if (den == 0) continue;
-                for (c = 0; c < dv_cols; ++c) go += gi[c] * (o[c] / den);
-                for (l = 0; l < width; ++l) dpq[l] = 0;
-                for (j = 0; j < vis; ++j) {
-                    double gv = 0, e;
-                    for (c = 0; c < dv_cols; ++c) gv += gi[c] * V[j * dv_cols + c];
-                    e = (gv - go) / den;
+                ref_feature_grad(f, qi, scale, pqi, dpq, u, dqi);
+            }
+            /* keys in reverse: T (in S) and w (in z) over the rows that see key j,
+             * a suffix of the rows since vis does not decrease with i */
+            for (l = 0; l < width * dv_cols; ++l) S[l] = 0;
+            for (l = 0; l < width; ++l) z[l] = 0;
+            r = n;
+            for (j = nk; j-- > 0;) {
+                const double *pkj = pk + j * width, *Vj = V + j * dv_cols;
+                double *dpkj = dpk + j * width;
+                for (; r > 0 && ref_visible(r - 1, n, nk, causal) > j; --r) {
+                    const double *gi = dout + (h * n + r - 1) * dv_cols;
+                    double *pqi = pq + (r - 1) * width;
+                    if (den[r - 1] == 0) continue;
                     for (l = 0; l < width; ++l) {
-                        dpq[l] += e * pk[j * width + l];
-                        dpk[j * width + l] += e * pq[l];
+                        double e = pqi[l] / den[r - 1];
+                        z[l] += e * go[r - 1];
+                        for (c = 0; c < dv_cols; ++c) S[l * dv_cols + c] += e * gi[c];
                     }
-                    for (c = 0; c < dv_cols; ++c) dV[j * dv_cols + c] += a[j] / den * gi[c];
                 }
-                ref_feature_grad(f, qi, scale, pq, dpq, u, dqi);
+                for (l = 0; l < width; ++l) {
+                    double t = 0;
+                    for (c = 0; c < dv_cols; ++c) {
+                        t += S[l * dv_cols + c] * Vj[c];
+                        dV[j * dv_cols + c] += pkj[l] * S[l * dv_cols + c];
+                    }
+                    dpkj[l] += t - z[l];
+                }
             }
         }
         for (j = 0; j < nk; ++j)
@@ -547,9 +611,12 @@ static void ref_linear_backward_features(const favor_features *f, const double *
     free(pk);
     free(dpk);
     free(lc);
-    free(a);
+    free(den);
+    free(go);
     free(o);
     free(u);
+    free(S);
+    free(z);
 }
 
 void ref_linear_backward(const favor_features *f, const double *q, const double *k,

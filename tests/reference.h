@@ -1,6 +1,7 @@
 /* The float64 reference the tests compare favor.h against. Every array here is
  * packed [heads][rows][cols] in double. The formulas are design.md section 1,
- * evaluated directly (O(n n_k) per head, no stabilizers beyond what double needs). */
+ * evaluated directly (softmax O(n n_k) per head, linear attention O(n + n_k) per head
+ * through prefix sums; no stabilizers beyond what double needs). */
 #ifndef FAVOR_TEST_REFERENCE_H
 #define FAVOR_TEST_REFERENCE_H
 
@@ -23,8 +24,9 @@ void ref_features(const favor_features *f, const double *x, size_t rows, double 
                   double *phi);
 
 /* Linear attention with f's map, evaluated as sum_j (phi(q_i).phi(k_j)) v_j /
- * sum_j phi(q_i).phi(k_j) over the visible keys. Shapes and causal rule as
- * ref_softmax; scale 0 = f->scale. A zero denominator gives a zero row. */
+ * sum_j phi(q_i).phi(k_j) over the visible keys (summed as prefix sums over
+ * the keys, O(n + n_k) per head). Shapes and causal rule as ref_softmax; scale 0
+ * = f->scale. A zero denominator gives a zero row. */
 void ref_linear(const favor_features *f, const double *q, const double *k,
                 const double *v, double *out, size_t hq, size_t hkv, size_t n,
                 size_t nk, size_t dv, double scale, int causal);
@@ -50,7 +52,8 @@ void ref_softmax_backward(const double *q, const double *k, const double *v,
  * o_i = sum_j a_ij v_j / den_i: dL/da_ij = (g_i.v_j - g_i.o_i) / den_i (g = dout),
  * dphi(q_i) = sum_j dL/da_ij phi(k_j), dphi(k_j) = sum_i dL/da_ij phi(q_i),
  * dv_j = sum_i a_ij g_i / den_i, and the feature gradients are taken back through
- * the map (reference.c lists the formulas). Shapes, scale and causal rule as
+ * the map (reference.c lists the formulas; they are summed as prefix and suffix
+ * sums, O(n + n_k) per head). Shapes, scale and causal rule as
  * ref_linear; a zero-denominator row contributes nothing (and has dq = 0). */
 void ref_linear_backward(const favor_features *f, const double *q, const double *k,
                          const double *v, const double *dout, double *dq, double *dk,

@@ -2,6 +2,9 @@
  * (tests/reference.c), with the same W: the features are drawn with
  * favor_features_init and the reference reads f.w.
  *
+ * The reference itself: ref_linear's prefix sums against the explicit weights
+ * of ref_weights, every kernel, small shapes, within 1e-12 of max|o|.
+ *
  * Accuracy on N(0,1) inputs, for every kernel over a list of representative
  * shapes that together cover d in {1, 3, 16, 64, 128}, d_v != d, n in
  * {1, 2, 17, 257, 1000, 1300}, n_k > n and n_k < n (causal and not), 1 and 4 heads,
@@ -24,6 +27,7 @@
  * Robustness: inputs of magnitude up to 1e4 give finite outputs for every
  * kernel, causal and not (and finite QUERY / KEY features); for the positive
  * maps the output is a convex combination of value rows, |o| <= max|V|. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -210,6 +214,72 @@ static int run_case(size_t index, const lin_case *c, favor_kernel kernel, int mo
     tv_free(&O);
     if (mode == 0) print_message("  %.2f s\n", (double)(clock() - t0) / CLOCKS_PER_SEC);
     return fails;
+}
+
+/* The associative form ref_linear evaluates (prefix sums over the keys) against
+ * the explicit weights of ref_weights (a_ij / sum_j a_ij, pair by pair) on small
+ * shapes: every kernel, causal and not, grouped heads, n_k above and below n
+ * (rows that see no key), TRIG with its N(0, 0.3^2) inputs. Both are double;
+ * they agree to 1e-12 of max|o|, so the O(n + n_k) reference the other tests
+ * use is the formula of design.md section 1. (ref_linear_backward is held to
+ * central differences of ref_linear in test_backward.c.) */
+static void test_reference_explicit(void **state)
+{
+    static const size_t shapes[][7] = { /* hq hkv n nk d dv m */
+        { 2, 1, 9, 13, 5, 3, 16 },
+        { 2, 2, 13, 9, 4, 6, 10 },
+        { 3, 1, 1, 7, 3, 2, 8 },
+    };
+    size_t k, s, h, i, j, c;
+    int causal, fails = 0;
+    (void)state;
+    for (k = 0; k < NKERNELS; ++k)
+        for (s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+            for (causal = 0; causal < 2; ++causal) {
+                const size_t *z = shapes[s], hq = z[0], hkv = z[1], n = z[2], nk = z[3];
+                const size_t d = z[4], dv = z[5];
+                double sigma = kernels[k] == FAVOR_TRIG ? 0.3 : 1.0, err = 0, big = 0;
+                tu_rng rng = { 4242 + 17 * s + (unsigned)kernels[k] };
+                favor_features f;
+                float *w = NULL;
+                double *q = (double *)tu_xmalloc(hq * n * d * sizeof *q);
+                double *kk = (double *)tu_xmalloc(hkv * nk * d * sizeof *kk);
+                double *v = (double *)tu_xmalloc(hkv * nk * dv * sizeof *v);
+                double *o = (double *)tu_xmalloc(hq * n * dv * sizeof *o);
+                double *p = (double *)tu_xmalloc(nk * sizeof *p);
+                assert_int_equal(make_features(&f, kernels[k], d, z[6], 5 + s, &w), FAVOR_OK);
+                for (i = 0; i < hq * n * d; ++i) q[i] = sigma * tu_normal(&rng);
+                for (i = 0; i < hkv * nk * d; ++i) kk[i] = sigma * tu_normal(&rng);
+                for (i = 0; i < hkv * nk * dv; ++i) v[i] = tu_normal(&rng);
+                ref_linear(&f, q, kk, v, o, hq, hkv, n, nk, dv, 0.0, causal);
+                for (h = 0; h < hq; ++h)
+                    for (i = 0; i < n; ++i) {
+                        const size_t g = h / (hq / hkv);
+                        size_t vis = !causal ? nk : i + nk < n ? 0 : i + nk - n + 1;
+                        if (vis > nk) vis = nk;
+                        for (j = 0; j < vis; ++j) p[j] = 0;
+                        ref_weights(&f, q + (h * n + i) * d, kk + g * nk * d, vis, d, 0.0, p);
+                        for (c = 0; c < dv; ++c) {
+                            double e = 0, r = o[(h * n + i) * dv + c];
+                            for (j = 0; j < vis; ++j) e += p[j] * v[(g * nk + j) * dv + c];
+                            if (fabs(e - r) > err) err = fabs(e - r);
+                            if (fabs(e) > big) big = fabs(e);
+                        }
+                    }
+                if (!(err <= 1e-12 * big) || !(big > 0)) {
+                    print_error("%s shape %u %s: max|explicit - ref_linear| %.3g, max|o| %.3g\n",
+                                kernel_name(kernels[k]), (unsigned)s,
+                                causal ? "causal" : "full", err, big);
+                    ++fails;
+                }
+                free(q);
+                free(kk);
+                free(v);
+                free(o);
+                free(p);
+                free(w);
+            }
+    assert_int_equal(fails, 0);
 }
 
 static void test_linear_accuracy(void **state)
@@ -451,6 +521,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_feature_map_roles),
         cmocka_unit_test(test_feature_map_large_inputs),
+        cmocka_unit_test(test_reference_explicit),
         cmocka_unit_test(test_linear_accuracy),
         cmocka_unit_test(test_linear_large_inputs_finite),
     };
