@@ -9,18 +9,23 @@
 #                   backends, decode, threads and the exp sweep: 5 of the 6 CPU
 #                   minutes under qemu) are built and left to the native run
 # Prerequisites: see README.md. Usage: sh tests/run_all.sh
+# FAVOR_WERROR=ON in the environment builds both with -Werror (CI does: these
+# are its gcc -O2 and AArch64 -Werror builds).
 set -eu
 cd "$(dirname "$0")/.."
 jobs=${FAVOR_JOBS:-2}
+werror=${FAVOR_WERROR:+-DFAVOR_WERROR=$FAVOR_WERROR}
 
 echo "== native build (scalar + the SIMD backends of this CPU)"
-cmake -S . -B build
+# shellcheck disable=SC2086
+cmake -S . -B build $werror
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== AArch64 build (NEON + scalar) under qemu-aarch64"
+# shellcheck disable=SC2086
 cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-      -DFAVOR_BUILD_EXAMPLES=OFF -DFAVOR_BUILD_BENCH=OFF
+      -DFAVOR_BUILD_EXAMPLES=OFF -DFAVOR_BUILD_BENCH=OFF $werror
 cmake --build build-aarch64 -j"$jobs"
 ctest --test-dir build-aarch64 --output-on-failure -j"$jobs" \
       -E '^(test_(backward|linear|features|dtypes|backends|decode|threads)|standalone_exp)_scalar$'
