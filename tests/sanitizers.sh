@@ -7,8 +7,8 @@
 # Run by .ci/run; each job alone:
 #
 #   sh tests/sanitizers.sh asan-gcc     gcc   -fsanitize=address,undefined (the asan preset)
-#   sh tests/sanitizers.sh asan-clang   clang -fsanitize=address,undefined (all but the two
-#                                       minute-long tests, which the gcc job runs)
+#   sh tests/sanitizers.sh asan-clang   clang -fsanitize=address,undefined (not in .ci/run:
+#                                       there clang's sanitizers run in the fuzz job)
 #   sh tests/sanitizers.sh valgrind     valgrind memcheck, the test binaries (all but
 #                                       the two minutes-long ones; see job_valgrind)
 #   sh tests/sanitizers.sh tsan         concurrent calls under clang -fsanitize=thread
@@ -45,13 +45,7 @@ asan() { # $1 compiler
         -DFAVOR_TEST_SYMBOLS=OFF \
         $(favor_simd_variant_options) >/dev/null
     cmake --build "$out/asan-$1" -j"$jobs" >/dev/null
-    # The 10^7-token recurrence and the training smoke test (a minute each
-    # under ASan on a Zen 3) run at their length in the gcc job only: the
-    # clang job compiles the same code and runs every other test.
-    skip=""
-    if [ "$1" = clang ]; then skip="-E ^(long_recurrence|favor_train_smoke)$"; fi
-    # shellcheck disable=SC2086
-    ctest --test-dir "$out/asan-$1" --output-on-failure -j"$jobs" $skip
+    ctest --test-dir "$out/asan-$1" --output-on-failure -j"$jobs"
 }
 
 job_valgrind() {
