@@ -69,7 +69,7 @@ job_opt() {
             # suites that were longest, test_backward and test_linear (their
             # float64 references), and test_features (statistics over thousands
             # of feature maps drawn) are left out: the README step, gcc and
-            # clang -O3 and both ASan jobs run them, and -O0 changes no kernel's
+            # clang -O3 and the ASan job run them, and -O0 changes no kernel's
             # order of operations.
             case $cc-$opt in
             gcc-O2) echo "built; tests: the README step"; continue ;;

@@ -61,14 +61,14 @@ job_valgrind() {
     # tsan_concurrent (the TSan job races it); the 10^7-token recurrence and the
     # exp and tanh sweeps (minutes under valgrind, register arithmetic on a few
     # small arrays; the ASan jobs run both); test_features (its statistics draw
-    # the same feature maps thousands of times, 160 s here on a Zen 3; every
-    # linear suite draws them too); the AVX2 variants of every suite
-    # but test_backends, test_dtypes and the examples and standalone tests (the
-    # scalar variants run the same
-    # kernels here, written once over the vector layer, and test_backward alone
-    # took over 16 minutes under valgrind; the ASan/UBSan jobs run them all; the
-    # AVX2 vocabulary, its loads, stores, tails and 16-bit conversions, still
-    # runs here through every entry point in test_backends and test_dtypes). No
+    # the same feature maps thousands of times, 160 s on a Zen 3; every linear
+    # suite draws them too); the AVX2 variants of every suite but test_backends,
+    # test_dtypes and the examples and standalone tests (the scalar variants run
+    # the same kernels here, written once over the vector layer, and
+    # test_backward alone took over 16 minutes under valgrind; the ASan/UBSan
+    # jobs run them all; the AVX2 vocabulary, its loads, stores, tails and 16-bit
+    # conversions, still runs here through every entry point in test_backends
+    # and test_dtypes). No
     # --track-origins: it finds no more errors and costs time; to see where an
     # uninitialised value came from, rerun the failing test by hand with it.
     dir=$out/valgrind

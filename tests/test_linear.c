@@ -256,7 +256,6 @@ static void test_reference_explicit(void **state)
                     for (i = 0; i < n; ++i) {
                         const size_t g = h / (hq / hkv);
                         size_t vis = !causal ? nk : i + nk < n ? 0 : i + nk - n + 1;
-                        if (vis > nk) vis = nk;
                         for (j = 0; j < vis; ++j) p[j] = 0;
                         ref_weights(&f, q + (h * n + i) * d, kk + g * nk * d, vis, d, 0.0, p);
                         for (c = 0; c < dv; ++c) {
