@@ -2164,11 +2164,6 @@ static void favor__gemm_tri(size_t M, size_t N, int upper, const float *A, size_
     favor__gemm_stair(M, N, M, upper, upper ? 0 : 1, A, lda, csa, B, ldb, C, ldc);
 }
 
-#if defined(__GNUC__) || defined(__clang__)
-#define FAVOR__PF(a, far) \
-    ((far) ? __builtin_prefetch((a), 0, 2) : __builtin_prefetch((a), 0, 3))
-#endif
-
 /* Ask for `rows` rows of `bytes` bytes (stride ld bytes) to be brought into
  * cache: the next chunk's inputs, fetched while this chunk computes. A hint.
  * far: for data read a while later, into the L2 cache rather than L1 (the
@@ -2183,8 +2178,12 @@ static void favor__prefetch(const void *p, size_t rows, size_t ld, size_t bytes,
     size_t r, c;
     for (r = 0; r < rows && bytes; ++r) {
         const char *a = (const char *)p + r * ld;
-        for (c = 0; c < bytes; c += 64) FAVOR__PF(a + c, far);
-        if ((size_t)((uintptr_t)a & 63) + (bytes - 1) % 64 >= 64) FAVOR__PF(a + bytes - 1, far);
+        size_t span = (size_t)((uintptr_t)a & 63) + bytes; /* from a's line on */
+        for (c = 0; c < span; c += 64) {
+            const char *x = a + (c < bytes ? c : bytes - 1);
+            if (far) __builtin_prefetch(x, 0, 2); /* statements: clang 14 -O0 crashes on */
+            else __builtin_prefetch(x, 0, 3);     /* the two in a ?: expression */
+        }
     }
 #else
     (void)far;
@@ -8965,7 +8964,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__MSTAGE
 #undef FAVOR__NV1
 #undef FAVOR__PEND
-#undef FAVOR__PF
 #undef FAVOR__POLY2_MAXD
 #undef FAVOR__RAMP
 #undef FAVOR__RELU_FLOOR
