@@ -2201,6 +2201,54 @@ typedef struct {
     size_t lda, ldb, a_bytes, b_bytes, rows;
 } favor__ahead;
 
+/* C[c] += p V[c] for c < dv: one key's term of a row of P V, V of type t (an
+ * element's terms go in key order, one FMA each, as favor__gemm adds them) */
+#define FAVOR__DEFINE_PV_KEY(T, E, LOAD, SLOAD)                                                  \
+    FAVOR__INLINE void favor__pv_key##T(float *C, float p, const E *V, size_t dv)                \
+    {                                                                                            \
+        const favor__vf pv = favor__v_set1(p);                                                   \
+        size_t c = 0;                                                                            \
+        for (; c + FAVOR__W <= dv; c += FAVOR__W)                                                \
+            favor__v_store(C + c, favor__v_fma(pv, LOAD(V + c), favor__v_load(C + c)));         \
+        for (; c < dv; ++c) C[c] = favor__s_fma(p, SLOAD(V[c]), C[c]);                           \
+    }
+FAVOR__DEFINE_PV_KEY(, float, favor__v_load, favor__s_from_f32)
+FAVOR__DEFINE_PV_KEY(_f16, uint16_t, favor__v_load_f16, favor__s_from_f16)
+FAVOR__DEFINE_PV_KEY(_bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
+
+/* A row of P V to add beside the scores of favor__dots: C[c] += sum_j p[j] V_j[c]
+ * over keys j < n (V_j = V + j ldv, of type t), c < dv. */
+typedef struct {
+    float *C;
+    const float *p;
+    const void *V;
+    size_t n, ldv, dv;
+    favor_dtype t;
+} favor__pvrow;
+
+/* C += P V over keys [ka, kb) of a tile whose probabilities are S and values V
+ * (V: key ka's row, of type t) */
+static void favor__pvrow_make(favor__pvrow *pv, float *C, const float *S, size_t ka, size_t kb,
+                              const void *V, size_t ldv, size_t dv, favor_dtype t)
+{
+    pv->C = C;
+    pv->p = S + ka;
+    pv->V = V;
+    pv->n = kb - ka;
+    pv->ldv = ldv;
+    pv->dv = dv;
+    pv->t = t;
+}
+
+FAVOR__INLINE void favor__pv_key_as(const favor__pvrow *pv, size_t j)
+{
+    if (pv->t == FAVOR_F16)
+        favor__pv_key_f16(pv->C, pv->p[j], (const uint16_t *)pv->V + j * pv->ldv, pv->dv);
+    else if (pv->t == FAVOR_BF16)
+        favor__pv_key_bf16(pv->C, pv->p[j], (const uint16_t *)pv->V + j * pv->ldv, pv->dv);
+    else favor__pv_key(pv->C, pv->p[j], (const float *)pv->V + j * pv->ldv, pv->dv);
+}
+
 /* S[j] = q . K_j for nb rows K_j = K + j*ldk of d elements: the scores of one
  * query row against a tile of keys (and a projection W x, one row of W per
  * output). W keys at a time, each with its own accumulator along d, reduced
@@ -2213,12 +2261,18 @@ typedef struct {
  * each at a time); each accumulator adds its columns in order either way. With
  * `ahead`, each group of keys also asks for the same rows of the next tile:
  * spread over the work, the prefetches overlap the arithmetic (issued all at
- * once, they stall it). */
+ * once, they stall it).
+ * With `pv`, a decode row's P V of the previous tile goes beside the scores:
+ * after each key's dot product, the same key's value row is added (then the
+ * keys past nb). The K and V streams are then read together, a row of each in
+ * turn, as a core reads memory fastest (Zen 3, 131072 keys, d = 128: 1.0-1.08x
+ * the time of a plain read of K and V, against 1.15-1.28x with P V after the
+ * scores a group of 8 keys at a time, and 1.25-1.35x a whole tile at a time). */
 #define FAVOR__DEFINE_DOTS(T, E, LOAD, SLOAD)                                                     \
     static void favor__dots##T(const float *q, size_t d, const E *K, size_t ldk, size_t nb,      \
-                               float *S, const favor__ahead *ahead)                              \
+                               float *S, const favor__ahead *ahead, const favor__pvrow *pv)      \
     {                                                                                            \
-        size_t j = 0, c, u, dvec = d - d % FAVOR__W;                                             \
+        size_t j = 0, c, u, dvec = d - d % FAVOR__W, np = pv ? pv->n : 0;                        \
         if (FAVOR__W >= 4)                                                                       \
             for (; j + FAVOR__W <= nb; j += FAVOR__W) {                                          \
                 favor__vf acc[FAVOR__W];                                                         \
@@ -2234,73 +2288,30 @@ typedef struct {
                     acc[u] = favor__v_set1(0.0f);                                                \
                     for (c = 0; c < dvec; c += FAVOR__W)                                         \
                         acc[u] = favor__v_fma(LOAD(Kj + u * ldk + c), favor__v_load(q + c), acc[u]); \
+                    if (j + u < np) favor__pv_key_as(pv, j + u);                                 \
                 }                                                                                \
                 favor__v_store(S + j, favor__v_sums(acc));                                       \
                 for (c = dvec; c < d; ++c) /* columns left over from the vector width */        \
                     for (u = 0; u < FAVOR__W; ++u)                                               \
                         S[j + u] = favor__s_fma(q[c], SLOAD(Kj[u * ldk + c]), S[j + u]);         \
             }                                                                                    \
-        for (; j < nb; ++j) S[j] = favor__dot##T(q, K + j * ldk, d);                             \
+        for (; j < nb; ++j) {                                                                    \
+            S[j] = favor__dot##T(q, K + j * ldk, d);                                             \
+            if (j < np) favor__pv_key_as(pv, j);                                                 \
+        }                                                                                        \
+        for (j = nb; j < np; ++j) favor__pv_key_as(pv, j);                                       \
     }
 FAVOR__DEFINE_DOTS(, float, favor__v_load, favor__s_from_f32)
 FAVOR__DEFINE_DOTS(_f16, uint16_t, favor__v_load_f16, favor__s_from_f16)
 FAVOR__DEFINE_DOTS(_bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
 
-/* C[c] += sum_j p[j] V_j[c] for c < dv and keys j < nb in order (V_j = V +
- * j*ldv, of type E): one row of P V, as favor__gemm would add it (each element
- * key by key, so the two give the same bits), reading V in its own type. A
- * block of nv vectors of C stays in registers while the keys go by. */
-#define FAVOR__DEFINE_PV(T, E, LOAD, SLOAD)                                                      \
-    FAVOR__INLINE void favor__pv_block##T(const size_t nv, float *C, const float *p, size_t nb,  \
-                                          const E *V, size_t ldv)                                \
-    {                                                                                            \
-        favor__vf a[FAVOR__NV1];                                                                 \
-        size_t j, u;                                                                             \
-        FAVOR__UNROLL for (u = 0; u < nv; ++u) a[u] = favor__v_load(C + u * FAVOR__W);           \
-        for (j = 0; j < nb; ++j) {                                                               \
-            favor__vf pj = favor__v_set1(p[j]);                                                  \
-            FAVOR__UNROLL for (u = 0; u < nv; ++u)                                               \
-                a[u] = favor__v_fma(pj, LOAD(V + j * ldv + u * FAVOR__W), a[u]);                 \
-        }                                                                                        \
-        FAVOR__UNROLL for (u = 0; u < nv; ++u) favor__v_store(C + u * FAVOR__W, a[u]);           \
-    }                                                                                            \
-    static void favor__pv##T(float *C, const float *p, size_t nb, const E *V, size_t ldv,        \
-                             size_t dv)                                                          \
-    {                                                                                            \
-        size_t c = 0, j;                                                                         \
-        for (; c + FAVOR__NV1 * FAVOR__W <= dv; c += FAVOR__NV1 * FAVOR__W)                      \
-            favor__pv_block##T(FAVOR__NV1, C + c, p, nb, V + c, ldv);                            \
-        if (c + FAVOR__NV1 / 2 * FAVOR__W <= dv) { /* AVX-512, d_v = 64: 4 chains, not 2 */      \
-            favor__pv_block##T(FAVOR__NV1 / 2, C + c, p, nb, V + c, ldv);                        \
-            c += FAVOR__NV1 / 2 * FAVOR__W;                                                      \
-        }                                                                                        \
-        for (; c + 2 * FAVOR__W <= dv; c += 2 * FAVOR__W)                                        \
-            favor__pv_block##T(2, C + c, p, nb, V + c, ldv);                                     \
-        for (; c + FAVOR__W <= dv; c += FAVOR__W) favor__pv_block##T(1, C + c, p, nb, V + c, ldv); \
-        for (; c < dv; ++c) { /* columns left over from the vector width */                     \
-            float t = C[c];                                                                      \
-            for (j = 0; j < nb; ++j) t = favor__s_fma(p[j], SLOAD(V[j * ldv + c]), t);           \
-            C[c] = t;                                                                            \
-        }                                                                                        \
-    }
-FAVOR__DEFINE_PV(, float, favor__v_load, favor__s_from_f32)
-FAVOR__DEFINE_PV(_f16, uint16_t, favor__v_load_f16, favor__s_from_f16)
-FAVOR__DEFINE_PV(_bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
-
-/* favor__dots and favor__pv on rows of type t */
+/* favor__dots on rows of type t */
 static void favor__dots_as(favor_dtype t, const float *q, size_t d, const void *K, size_t ldk,
-                           size_t nb, float *S, const favor__ahead *ahead)
+                           size_t nb, float *S, const favor__ahead *ahead, const favor__pvrow *pv)
 {
-    if (t == FAVOR_F16) favor__dots_f16(q, d, (const uint16_t *)K, ldk, nb, S, ahead);
-    else if (t == FAVOR_BF16) favor__dots_bf16(q, d, (const uint16_t *)K, ldk, nb, S, ahead);
-    else favor__dots(q, d, (const float *)K, ldk, nb, S, ahead);
-}
-static void favor__pv_as(favor_dtype t, float *C, const float *p, size_t nb, const void *V,
-                         size_t ldv, size_t dv)
-{
-    if (t == FAVOR_F16) favor__pv_f16(C, p, nb, (const uint16_t *)V, ldv, dv);
-    else if (t == FAVOR_BF16) favor__pv_bf16(C, p, nb, (const uint16_t *)V, ldv, dv);
-    else favor__pv(C, p, nb, (const float *)V, ldv, dv);
+    if (t == FAVOR_F16) favor__dots_f16(q, d, (const uint16_t *)K, ldk, nb, S, ahead, pv);
+    else if (t == FAVOR_BF16) favor__dots_bf16(q, d, (const uint16_t *)K, ldk, nb, S, ahead, pv);
+    else favor__dots(q, d, (const float *)K, ldk, nb, S, ahead, pv);
 }
 
 /* dst[c][r] = src[r][c] for an R x Cn block: whole W x W blocks with the
@@ -4230,24 +4241,18 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
  *     A (R x dv) = alpha A + P V_tile   over the keys each row sees
  * and leaves the block's partial (m, l, A) of every row in the workspace. Up to
  * FAVOR__DEC_DIRECT rows read the tiles in their element types (favor__dots_as,
- * then favor__pv_as for P V, a row at a time): a 16-bit cache is then read at
- * half the bytes with no pass over a copy. More rows widen a 16-bit tile once
+ * which adds the previous tile's P V beside the scores, a row at a time): a
+ * 16-bit cache is then read at half the bytes with no pass over a copy, and K
+ * and V are read together. More rows widen a 16-bit tile once
  * into an fp32 buffer that they all read (favor__in), and take P V as one
  * favor__gemm. Every path adds each element's terms in the same order. A
  * second pass merges each row's partials in block order and writes O = A / l
  * (and the lse). Neither pass depends on which thread ran what, so the results
- * do not depend on the thread count. Workspace: R (d + BK) floats per thread,
+ * do not depend on the thread count. Workspace: R (d + 2 BK) floats per thread,
  * plus R (d_v + 2) floats per block per key/value head, which grows with n_k. */
 #define FAVOR__DEC_ROWS 32
 #define FAVOR__DEC_BLOCK 512
 #define FAVOR__DEC_DIRECT 2
-/* The direct rows prefetch the next tile only when a key row takes at most
- * this many bytes: longer rows bring so many prefetches per group of keys (256
- * for fp32, d = 128) that they stall the loads they run beside, and the
- * hardware's stream prefetchers alone did better (Zen 5 with AVX-512 and with
- * AVX2: 1.2-1.3x the time of a plain read of the same bytes, against 1.6-1.9x).
- * Shorter rows, and the rows that share a widened tile, keep them. */
-#define FAVOR__DEC_PREFETCH 256
 
 typedef favor__sm favor__dec;
 
@@ -4266,7 +4271,7 @@ static size_t favor__decode_floats(favor__dec *x, size_t hkv, size_t nt, size_t 
     x->b0 = beg < end ? beg / FAVOR__DEC_BLOCK : 0;
     x->nblk = beg < end ? (end + FAVOR__DEC_BLOCK - 1) / FAVOR__DEC_BLOCK - x->b0 : 0;
     if (!favor__mul_ok(x->grp, x->n, &x->R) ||
-        !favor__add_ok(x->d, x->md.mask ? 2 * FAVOR__BK : FAVOR__BK, &per) ||
+        !favor__add_ok(x->d, x->md.mask ? 3 * FAVOR__BK : 2 * FAVOR__BK, &per) ||
         !favor__mul_ok(per, x->R, &per) ||
         !favor__add_ok(per, x->dv + favor__io_floats(x->k, FAVOR__BK) +
                                 favor__io_floats(x->v, FAVOR__BK), &per) ||
@@ -4310,13 +4315,14 @@ static int favor__decode_mask(const favor__dec *x, size_t g, size_t j0, size_t n
 }
 
 /* work item (g, b): the partials of block b of key/value head g, over the tiles
- * of the keys its rows see; ws: R (d + BK) and the tile buffers of 16-bit K, V
- * (after the merge's row) */
+ * of the keys its rows see; ws: R (d + 2 BK) and the tile buffers of 16-bit K, V
+ * (after the merge's row). Direct rows add a tile's P V while they score the
+ * next tile (favor__dots_as), so their S has two buffers, taken in turn. */
 static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *ws)
 {
     const size_t R = x->R, d = x->d, dv = x->dv, BK = FAVOR__BK, rec = dv + 2;
-    float *Qs = ws, *S = ws + R * d, *P = x->part + (g * x->nblk + b) * R * rec;
-    float *Kb = S + R * BK + dv, *Vb = Kb + favor__io_floats(x->k, BK);
+    float *Qs = ws, *S = ws + R * d, *P = x->part + (g * x->nblk + b) * R * rec, *Sp = NULL;
+    float *Kb = S + 2 * R * BK + dv, *Vb = Kb + favor__io_floats(x->k, BK);
     float *Mr = Vb + favor__io_floats(x->v, BK); /* with a mask: R x BK */
     size_t j0 = (x->b0 + b) * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv, lo, hi, beg,
            end;
@@ -4325,6 +4331,10 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
      * as much as the bytes a 16-bit cache saves); more rows share a widened tile */
     const int direct = R <= FAVOR__DEC_DIRECT;
     favor_dtype tk = direct ? x->k->dtype : FAVOR_F32, tv = direct ? x->v->dtype : FAVOR_F32;
+    /* direct rows: the previous tile's keys of each row, and its values at each
+     * position, whose P V is still to add (Sp: its probabilities) */
+    size_t pka[FAVOR__DEC_DIRECT], pkb[FAVOR__DEC_DIRECT];
+    const void *pva[FAVOR__DEC_DIRECT];
     if (jend - j0 > FAVOR__DEC_BLOCK) jend = j0 + FAVOR__DEC_BLOCK;
     beg = jend;
     end = j0;
@@ -4344,13 +4354,19 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     if (end < jend) jend = end;
     for (; j0 < jend; j0 += BK) {
         size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1, next = j0 + nb, ka, kb;
+        float *Sc = direct && Sp == S ? S + R * BK : S; /* the other buffer than Sp's */
         const void *K, *V;
         if (x->md.mask && !favor__decode_mask(x, g, j0, nb, Mr))
             continue; /* the mask hides the tile from every row */
         favor__ahead ahead; /* the next tile's keys and values (the next block's
                                first, which is this thread's next item when it
-                               has the keys in order), during the first row;
-                               direct rows only up to FAVOR__DEC_PREFETCH bytes */
+                               has the keys in order), during the first row of
+                               a widened tile. Direct rows, which read K and V
+                               together, prefetch nothing: the hardware's
+                               stream prefetchers did better alone (Zen 3, fp32
+                               and fp16 rows of d = 64 and 128: 1.0-1.29x the
+                               time of a plain read of the bytes, against
+                               1.07-1.54x prefetching) */
         if (direct) {
             K = favor__at(x->k, g, j0);
             V = favor__at(x->v, g, j0);
@@ -4375,11 +4391,14 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             Ka = direct ? favor__at(x->k, g, j0 + ka) : (const void *)((const float *)K + ka * ldk);
             Va = direct ? favor__at(x->v, g, j0 + ka) : NULL;
             for (r = i * x->grp; r < (i + 1) * x->grp; ++r) {
-                float *Sr = S + r * BK, *pr = P + r * rec, alpha, mc;
+                float *Sr = Sc + r * BK, *pr = P + r * rec, alpha, mc;
                 float slope = favor__slope(&x->md, g * x->grp + r % x->grp);
+                favor__pvrow pv; /* direct: the previous tile's P V beside these scores */
+                if (Sp)
+                    favor__pvrow_make(&pv, pr + 2, Sp + r * BK, pka[r], pkb[r], pva[i], ldv, dv,
+                                      tv);
                 favor__dots_as(tk, Qs + r * d, d, Ka, ldk, kb - ka, Sr + ka,
-                               r || (direct && ahead.a_bytes > FAVOR__DEC_PREFETCH) ? NULL
-                                                                                   : &ahead);
+                               r || direct ? NULL : &ahead, Sp ? &pv : NULL);
                 for (j = 0; j < ka; ++j) Sr[j] = -INFINITY;
                 for (j = kb; j < nb; ++j) Sr[j] = -INFINITY;
                 if (x->md.cap > 0.0f) favor__softcap(Sr + ka, NULL, x->md.cap, kb - ka);
@@ -4391,10 +4410,17 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
                 alpha = favor__s_exp(alpha);
                 pr[1] = pr[1] * alpha + favor__sum(Sr, nb);
                 if (alpha != 1.0f) favor__scal(pr + 2, alpha, dv);
-                if (direct && kb > ka) favor__pv_as(tv, pr + 2, Sr + ka, kb - ka, Va, ldv, dv);
+                if (direct) {
+                    pka[r] = ka;
+                    pkb[r] = kb;
+                }
             }
+            if (direct) pva[i] = Va;
         }
-        if (direct) continue;
+        if (direct) {
+            Sp = Sc;
+            continue;
+        }
         if (full)
             favor__gemm(R, dv, nb, S, BK, 1, (const float *)V, ldv, P + 2, rec, 1);
         else /* each position's rows take only the keys they see */
@@ -4405,16 +4431,23 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
                                 (const float *)V + ka * ldv, ldv, P + i * x->grp * rec + 2, rec, 1);
             }
     }
+    for (i = 0; Sp && i < x->n; ++i) /* direct rows: the last tile's P V */
+        for (r = i * x->grp; r < (i + 1) * x->grp; ++r) {
+            favor__pvrow pv;
+            favor__pvrow_make(&pv, P + r * rec + 2, Sp + r * BK, pka[r], pkb[r], pva[i], ldv, dv,
+                              tv);
+            favor__dots_as(tk, NULL, d, NULL, 0, 0, NULL, NULL, &pv);
+        }
 }
 
 /* row r of key/value head g: its blocks' partials merged in block order; ws:
- * the thread's slice (the row is formed after R (d + BK) floats) */
+ * the thread's slice (the row is formed after R (d + 2 BK) floats) */
 static void favor__decode_merge(const favor__dec *x, size_t g, size_t r, float *ws)
 {
     const size_t rec = x->dv + 2, stride = x->R * rec;
     const float *P = x->part + g * x->nblk * stride + r * rec;
     size_t i = r / x->grp, h = g * x->grp + r % x->grp, b, ldo;
-    float *o = favor__out(x->o, h, i, ws + x->R * (x->d + FAVOR__BK), &ldo), M = -INFINITY, Mc;
+    float *o = favor__out(x->o, h, i, ws + x->R * (x->d + 2 * FAVOR__BK), &ldo), M = -INFINITY, Mc;
     float f, e;
     double L = 0.0;
     for (b = 0; b < x->nblk; ++b) M = favor__s_max(P[b * stride], M);
@@ -6062,7 +6095,7 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
             favor__phi_raw(mp, X, mp->d, 1, qf, w, cb.rq);
         }
         favor__phi_finish(mp, qf, w, 1, rq, rq);
-        favor__dots(qf, w, cb.kf, w, np + 1, cb.a, NULL);
+        favor__dots(qf, w, cb.kf, w, np + 1, cb.a, NULL, NULL);
         if (rising) favor__vmul(cb.a, cb.g, np);
         favor__gemm(1, dv, w, qf, w, 1, S, dv, o, dv, 0);
         favor__scal(o, e, dv);
@@ -8745,13 +8778,12 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__poly2_row FAVOR__N(favor__poly2_row)
 #define favor__prefetch FAVOR__N(favor__prefetch)
 #define favor__prefetch_rows FAVOR__N(favor__prefetch_rows)
-#define favor__pv FAVOR__N(favor__pv)
-#define favor__pv_as FAVOR__N(favor__pv_as)
-#define favor__pv_bf16 FAVOR__N(favor__pv_bf16)
-#define favor__pv_block FAVOR__N(favor__pv_block)
-#define favor__pv_block_bf16 FAVOR__N(favor__pv_block_bf16)
-#define favor__pv_block_f16 FAVOR__N(favor__pv_block_f16)
-#define favor__pv_f16 FAVOR__N(favor__pv_f16)
+#define favor__pv_key FAVOR__N(favor__pv_key)
+#define favor__pv_key_as FAVOR__N(favor__pv_key_as)
+#define favor__pv_key_bf16 FAVOR__N(favor__pv_key_bf16)
+#define favor__pv_key_f16 FAVOR__N(favor__pv_key_f16)
+#define favor__pvrow FAVOR__N(favor__pvrow)
+#define favor__pvrow_make FAVOR__N(favor__pvrow_make)
 #define favor__qgroup FAVOR__N(favor__qgroup)
 #define favor__qgroup_carve FAVOR__N(favor__qgroup_carve)
 #define favor__query_ok FAVOR__N(favor__query_ok)
@@ -8935,13 +8967,12 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__CHUNK
 #undef FAVOR__DEC_BLOCK
 #undef FAVOR__DEC_DIRECT
-#undef FAVOR__DEC_PREFETCH
 #undef FAVOR__DEC_ROWS
 #undef FAVOR__DEFINE_CONVERT
 #undef FAVOR__DEFINE_DOT
 #undef FAVOR__DEFINE_DOTS
 #undef FAVOR__DEFINE_EXP
-#undef FAVOR__DEFINE_PV
+#undef FAVOR__DEFINE_PV_KEY
 #undef FAVOR__DEFINE_TANH
 #undef FAVOR__DT_ENTRY
 #undef FAVOR__DT_PROTO
@@ -9211,13 +9242,12 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__poly2_row
 #undef favor__prefetch
 #undef favor__prefetch_rows
-#undef favor__pv
-#undef favor__pv_as
-#undef favor__pv_bf16
-#undef favor__pv_block
-#undef favor__pv_block_bf16
-#undef favor__pv_block_f16
-#undef favor__pv_f16
+#undef favor__pv_key
+#undef favor__pv_key_as
+#undef favor__pv_key_bf16
+#undef favor__pv_key_f16
+#undef favor__pvrow
+#undef favor__pvrow_make
 #undef favor__qgroup
 #undef favor__qgroup_carve
 #undef favor__query_ok
