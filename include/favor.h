@@ -2266,9 +2266,10 @@ FAVOR__INLINE void favor__pv_key_as(const favor__pvrow *pv, size_t j)
  * With `pv`, a decode row's P V of the previous tile goes beside the scores:
  * after each key's dot product, the same key's value row is added (then the
  * keys past nb). The K and V streams are then read together, a row of each in
- * turn, as a core reads memory fastest (Zen 3, 131072 keys, d = 128: 1.0-1.08x
- * the time of a plain read of K and V, against 1.15-1.28x with P V after the
- * scores a group of 8 keys at a time, and 1.25-1.35x a whole tile at a time). */
+ * turn, as a core reads memory fastest (Zen 3, fp32, d = 128, 16K to 128K keys:
+ * 0.96-1.08x the time of a plain read of K and V, against 1.15-1.28x with P V
+ * after the scores a group of 8 keys at a time, and 1.25-1.35x a whole tile at
+ * a time). */
 #define FAVOR__DEFINE_DOTS(T, E, LOAD, SLOAD)                                                     \
     static void favor__dots##T(const float *q, size_t d, const E *K, size_t ldk, size_t nb,      \
                                float *S, const favor__ahead *ahead, const favor__pvrow *pv)      \
