@@ -4181,6 +4181,17 @@ static size_t favor__softmax_floats(const favor_tensor *q, const favor_tensor *k
     return a + b;
 }
 
+/* The prefill reads an fp32 K and V tile in place, and its products touch a
+ * tile's lines a few at a time, in the order of the register tiles: little
+ * memory-level parallelism when the tile is not in cache. So while one tile is
+ * worked, the next one's rows are prefetched into L2, once the keys a query
+ * block reads, (end - beg) (d + d_v) 4 bytes, pass FAVOR__PF_MIN: below that
+ * they stay in a core's L2 from block to block and the prefetches cost 1-3%
+ * (Zen 3, d = 64 and 128 at n = 1024). At n = 8192, d = 128 they took the
+ * non-causal call to 0.86-0.88 of its time (Zen 3). A 16-bit tile is widened
+ * row after row, a sequential read, and is not prefetched. */
+#define FAVOR__PF_MIN ((size_t)1 << 20)
+
 /* query rows [i0, i0 + BQ) of head h: the key tiles they see */
 static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float *ws)
 {
@@ -4194,8 +4205,11 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
     const float *Q, *K, *V;
     double l[FAVOR__BQ];
     size_t j0, r, ldq, ldk, ldv, ldo;
+    int ahead;
     favor__blk bk;
     favor__blk_make(&bk, &x->md, n, nk, i0, h);
+    ahead = x->k->dtype == FAVOR_F32 && x->v->dtype == FAVOR_F32 &&
+            (bk.end - bk.beg) * (d + dv) > FAVOR__PF_MIN / sizeof(float);
     Q = favor__in(x->q, h, i0, bk.nq, Qb, &ldq);
     favor__softmax_qt(Q, ldq, bk.nq, d, x->s, Qt);
     for (r = 0; r < BQ; ++r) {
@@ -4209,6 +4223,11 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
         if (!favor__tile_live(&bk, j0, nb)) continue; /* masked for every row */
         K = favor__in(x->k, g, j0, nb, Kb, &ldk);
         V = favor__in(x->v, g, j0, nb, Vb, &ldv);
+        if (ahead && bk.end - j0 > FAVOR__BK) { /* the next tile's rows, into L2 */
+            size_t n1 = bk.end - j0 - FAVOR__BK < FAVOR__BK ? bk.end - j0 - FAVOR__BK : FAVOR__BK;
+            favor__prefetch_rows(x->k, g, j0 + FAVOR__BK, n1, 1);
+            favor__prefetch_rows(x->v, g, j0 + FAVOR__BK, n1, 1);
+        }
         favor__softmax_scores(K, ldk, Qt, St, NULL, nb, d, j0, &bk, &x->md, mb);
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
         for (r = 0; r < bk.nq; ++r)
@@ -9007,6 +9026,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__MSTAGE
 #undef FAVOR__NV1
 #undef FAVOR__PEND
+#undef FAVOR__PF_MIN
 #undef FAVOR__POLY2_MAXD
 #undef FAVOR__RAMP
 #undef FAVOR__RELU_FLOOR
