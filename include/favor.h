@@ -4187,8 +4187,8 @@ static size_t favor__softmax_floats(const favor_tensor *q, const favor_tensor *k
  * worked, the next one's rows are prefetched into L2, once the keys a query
  * block reads, (end - beg) (d + d_v) 4 bytes, pass FAVOR__PF_MIN: below that
  * they stay in a core's L2 from block to block and the prefetches cost 1-3%
- * (Zen 3, d = 64 and 128 at n = 1024). At n = 8192, d = 128 they took the
- * non-causal call to 0.86-0.88 of its time (Zen 3). A 16-bit tile is widened
+ * (Zen 3, d = 64 and 128 at n = 1024). At n = 4096 and 8192, d = 128, they
+ * took the non-causal call to 0.81-0.89 of its time (Zen 3). A 16-bit tile is widened
  * row after row, a sequential read, and is not prefetched. */
 #define FAVOR__PF_MIN ((size_t)1 << 20)
 

@@ -4,6 +4,7 @@
  * representative shapes that together cover d in {1, 3, 16, 64, 128}, d_v != d,
  * n in {1, 2, 17, 257, 1000}, n_k > n and n_k < n (causal and not), 1 and 4
  * heads, grouped-query 4:2 (and 2:1, 4:1), packed, interleaved and padded views,
+ * query blocks that read more than 1 MiB of K and V (the prefill prefetches then),
  * default and non-default scales, caller workspace and library allocation.
  * Every call must also leave its inputs and the gaps of its output untouched and
  * write every output element.
@@ -55,6 +56,9 @@ static const sm_case cases[] = {
     { 2, 1,    2, 1000,  16,  16, 1, 0.3f, TV_PACKED,      TV_PACKED,      TV_PACKED,      0 },
     { 1, 1,  257,  257, 128, 128, 1, 0.0f, TV_PACKED,      TV_PACKED,      TV_PACKED,      0 },
     { 1, 1,   17,    2,   1,   4, 1, 3.0f, TV_PACKED,      TV_PADDED,      TV_PADDED,      0 },
+    /* blocks that read more than 1 MiB of fp32 K and V: the next tile is prefetched */
+    { 1, 1,   70, 2200,  64,  64, 0, 0.0f, TV_PACKED,      TV_PADDED,      TV_PACKED,      0 },
+    { 1, 1,  130, 1500, 128,  64, 1, 0.0f, TV_PADDED,      TV_INTERLEAVED, TV_PADDED,      1 },
 };
 
 /* Run one case with inputs N(0, sigma^2). Returns the number of failed checks;
