@@ -3507,11 +3507,18 @@ static int run_variants(const config *c, const char *cpu)
     g[2] = g[0];
     g[2].name = "packed_2_threads";
     g[2].opt.threads = 2;
-    if (var_run(g, 3, rounds, min_sample, &failures)) {
+    /* what the machine gives two threads in the same rounds: one causal
+     * sequence of the packed batch's size on 2 threads and on 1 */
+    var_set(&g[3], "causal_2_threads", VC_FWD, Q, K, V, O2, H, pk_n, pk_n, d, FAVOR_CAUSAL);
+    g[3].opt.threads = 2;
+    var_set(&g[4], "causal", VC_FWD, Q, K, V, O2, H, pk_n, pk_n, d, FAVOR_CAUSAL);
+    if (var_run(g, 5, rounds, min_sample, &failures)) {
         snprintf(shape, sizeof shape, "8 seqs %zu..%zu (n=%zu) causal", off[1], off[8] - off[7],
                  pk_n);
         var_target("packed vs per-sequence", shape, &g[0], &g[1], 1.1, 0);
         var_target("packed threads 2 vs 1", shape, &g[2], &g[0], 1.8, 1);
+        snprintf(shape, sizeof shape, "one sequence, n=%zu causal", pk_n);
+        var_target("plain threads 2 vs 1", shape, &g[3], &g[4], 0, 1);
         if (q) { /* the packed call gives the bits of its sequences' own calls */
             var_call_run(&g[0]);
             var_call_run(&g[1]);
@@ -3523,7 +3530,7 @@ static int run_variants(const config *c, const char *cpu)
             if (h != H) ++failures;
         }
     }
-    var_group_free(g, 3);
+    var_group_free(g, 5);
 
     /* 7. Backward passes, n = bwd_n, causal: each option against the plain
      * backward; o and lse from a forward with the same options. */
