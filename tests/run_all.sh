@@ -6,8 +6,9 @@
 #   build-aarch64/  cross-compiled for AArch64: NEON and forced scalar, run under
 #                   qemu; of the scalar variant, the suites that repeat x86-64's
 #                   scalar run at length (backward, linear, features, dtypes,
-#                   backends, decode, threads and the exp sweep: 5 of the 6 CPU
-#                   minutes under qemu) are built and left to the native run
+#                   backends, decode, threads, recurrent, stress, variants, the
+#                   gated pair and the exp sweep) are built and left to the
+#                   native run
 # Prerequisites: see README.md. Usage: sh tests/run_all.sh
 # FAVOR_WERROR=ON in the environment builds both with -Werror (CI does: these
 # are its gcc -O2 and AArch64 -Werror builds).
@@ -28,4 +29,4 @@ cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake
       -DFAVOR_BUILD_EXAMPLES=OFF -DFAVOR_BUILD_BENCH=OFF $werror
 cmake --build build-aarch64 -j"$jobs"
 ctest --test-dir build-aarch64 --output-on-failure -j"$jobs" \
-      -E '^(test_(backward|linear|features|dtypes|backends|decode|threads)|standalone_exp)_scalar$'
+      -E '^(test_(backward|linear|features|dtypes|backends|decode|threads|recurrent|stress|variants|gated|gated_bwd)|standalone_exp)_scalar$'

@@ -41,11 +41,14 @@ asan() { # $1 compiler
     # the clang -O3 portability job run the dispatched suite).
     # No tests/symbols/check.sh (the compiler's symbols, whatever the flags:
     # the README step and the clang -O3 portability job run it).
+    # Without long_recurrence: 10^7 tokens of register arithmetic on a few small
+    # arrays (77 s of a Zen 3's ASan run; the buffers it passes are the ones
+    # test_recurrent checks here); the README step and the m32 job run it.
     CC=$1 cmake --preset asan -B "$out/asan-$1" -DFAVOR_TEST_DISPATCH=OFF -DFAVOR_NATIVE=ON \
         -DFAVOR_TEST_SYMBOLS=OFF \
         $(favor_simd_variant_options) >/dev/null
     cmake --build "$out/asan-$1" -j"$jobs" >/dev/null
-    ctest --test-dir "$out/asan-$1" --output-on-failure -j"$jobs"
+    ctest --test-dir "$out/asan-$1" --output-on-failure -j"$jobs" -E '^long_recurrence$'
 }
 
 job_valgrind() {
@@ -68,7 +71,9 @@ job_valgrind() {
     # test_backward alone took over 16 minutes under valgrind; the ASan/UBSan
     # jobs run them all; the AVX2 vocabulary, its loads, stores, tails and 16-bit
     # conversions, still runs here through every entry point in test_backends
-    # and test_dtypes). No
+    # and test_dtypes); and the scalar variants of those two (208 s of a Zen 3's
+    # valgrind run: the same entry points and kernels as their AVX2 variants,
+    # and the scalar vocabulary runs here in every other suite). No
     # --track-origins: it finds no more errors and costs time; to see where an
     # uninitialised value came from, rerun the failing test by hand with it.
     dir=$out/valgrind
@@ -81,7 +86,7 @@ job_valgrind() {
     cmake --build "$dir" -j"$jobs" >/dev/null
     # valgrind runs threads one at a time: OpenMP spinning would only burn time
     OMP_WAIT_POLICY=passive ctest --test-dir "$dir" --output-on-failure -j"$jobs" \
-        -E 'favor_train_smoke|forced_|long_recurrence|tsan_concurrent_|standalone_(exp|tanh)|interop|test_features_|test_(backward|linear|threads|recurrent|decode|stress|batch|softmax|variants|gated|gated_bwd)_avx2' \
+        -E 'favor_train_smoke|forced_|long_recurrence|tsan_concurrent_|standalone_(exp|tanh)|interop|test_features_|test_(backward|linear|threads|recurrent|decode|stress|batch|softmax|variants|gated|gated_bwd)_avx2|test_(backends|dtypes)_scalar' \
         --timeout 1500
 }
 
