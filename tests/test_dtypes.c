@@ -436,6 +436,10 @@ static void test_forward(void **state)
     static const shape shapes[] = {
         { 2, 1, 1, 700, 16, 8 },  /* decode: one row, two blocks of 512 keys */
         { 4, 2, 3, 40, 8, 5 },    /* decode, a few rows, grouped */
+        /* decode, widened tiles read by several rows (favor__dots_side against
+         * the fp32 call's favor__dots, bit for bit): rows of several vectors
+         * and a remainder on every backend */
+        { 4, 1, 4, 150, 40, 24 },
         { 4, 2, 70, 130, 16, 12 }, /* prefill, n_k > n */
         { 2, 1, 130, 65, 9, 16 },  /* prefill, n_k < n (causal rows that see nothing) */
     };
