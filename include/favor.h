@@ -4459,11 +4459,16 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
      * no pass over a copy of K (Zen 3, fp16, 16384 keys, 4 rows or 32 query heads
      * on 8, d = 64 and 128: 0.88-0.93x the time of scoring the widened tile) */
     const int k16 = widened && R == 4;
-    /* rows scored four at a time (favor__dots4): a tile in cache (widened), or fp32
-     * rows of up to 256 bytes streamed in place (Zen 3, 16384 keys, 4 rows or 32
-     * query heads on 8: d = 64 0.89-0.91x the time of one row at a time, d = 128
-     * 1.07-1.1x, where each row read whole, in address order, streams better) */
-    const int four_ok = !direct && (widened || d * esk <= 256);
+    /* rows scored four at a time (favor__dots4): K read in place by four rows;
+     * fp32 rows of up to 256 bytes streamed in place (Zen 3, 16384 keys, 4 rows
+     * or 32 query heads on 8: d = 64 0.89-0.91x the time of one row at a time,
+     * d = 128 1.07-1.1x, where each row read whole, in address order, streams
+     * better); a widened tile whose fp32 rows pass 256 bytes, 32 KiB that each
+     * row would read again from L2 (fp16, d = 128, 32 query heads on 8 with 4
+     * rows: 0.93x). A widened tile of rows up to 256 bytes stays in L1 for
+     * favor__dots_side, eight keys a row (fp16, d = 64, 8 or 16 rows: dots4 took
+     * 1.06-1.12x) */
+    const int four_ok = !direct && (k16 || (widened ? d * 4 > 256 : d * esk <= 256));
     /* the types of the K and V rows the kernels read */
     favor_dtype tk = direct || k16 ? x->k->dtype : FAVOR_F32;
     favor_dtype tv = direct ? x->v->dtype : FAVOR_F32;

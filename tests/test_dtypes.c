@@ -436,15 +436,15 @@ static void test_forward(void **state)
     static const shape shapes[] = {
         { 2, 1, 1, 700, 16, 8 },  /* decode: one row, two blocks of 512 keys */
         { 4, 2, 3, 40, 8, 5 },    /* decode, a few rows, grouped */
-        /* decode, widened tiles read by 16 rows, four at a time (favor__dots4,
-         * as the fp32 call's rows of 160 bytes): rows of several vectors and a
-         * remainder on every backend */
+        /* decode, widened tiles read by 16 rows (favor__dots_side against the
+         * fp32 call's favor__dots4, rows of 160 bytes, bit for bit): rows of
+         * several vectors and a remainder on every backend */
         { 4, 1, 4, 150, 40, 24 },
         /* decode, four rows scored at once (favor__dots4) against the fp32 call's
          * favor__dots (rows of 276 bytes, scored one at a time), bit for bit:
          * R = 4, whose 16-bit K is read in place, the causal last tile row by
-         * row; R = 6, four rows at once and two alone (favor__dots_side); 69
-         * columns leave a remainder on every backend */
+         * row; R = 6, widened rows of 276 bytes four at once and two alone
+         * (favor__dots_side); 69 columns leave a remainder on every backend */
         { 4, 4, 4, 150, 69, 24 },
         { 6, 1, 1, 150, 69, 24 },
         { 4, 2, 70, 130, 16, 12 }, /* prefill, n_k > n */
