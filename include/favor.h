@@ -4377,7 +4377,7 @@ typedef favor__sm favor__dec;
  * copy four rows at a time: R >= FAVOR__DEC_COPY rows of over 256 bytes (d = 128:
  * one row at a time each row read the 32 KiB tile again from L2, and four rows
  * streaming it from memory took 1.06-1.13x). Zen 3, fp32, d = 128, 16384 keys:
- * 0.70-0.73x the time with 16 rows (32 query heads on 8 with 4 tokens, 8 on 8
+ * 0.69-0.73x the time with 16 rows (32 query heads on 8 with 4 tokens, 8 on 8
  * with 16), 0.87-0.95x with 8; 4 rows took 1.10-1.15x, and d = 64 1.02-1.04x. */
 static int favor__dec_copy(const favor__dec *x)
 {
