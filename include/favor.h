@@ -2329,10 +2329,12 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
  * W/4 keys keeps W accumulators (4 rows x W/4 keys), reduced together by
  * favor__v_sums. Each accumulator adds its columns in order, and keys past the
  * last whole group of W take favor__dot, as in favor__dots: the bits are
- * favor__dots' row by row. `ahead`: rows to prefetch, spread over the groups. */
+ * favor__dots' row by row. `ahead`: rows to prefetch, spread over the groups.
+ * `whole`: a group's key rows are read one after another, each whole (rows
+ * streamed from memory: address order), not side by side a vector at a time. */
 #define FAVOR__DEFINE_DOTS4(NAME, T, E, LOAD, SLOAD)                                              \
     static void NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, size_t nb,    \
-                     float *S, size_t lds, const favor__ahead *ahead)                            \
+                     float *S, size_t lds, const favor__ahead *ahead, int whole)                 \
     {                                                                                            \
         enum { KT = FAVOR__W >= 4 ? FAVOR__W / 4 : 1 };                                          \
         size_t j = 0, c, r, u, dvec = d - d % FAVOR__W;                                          \
@@ -2353,6 +2355,15 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
                                 ahead->b_bytes, 0);                                              \
             }                                                                                    \
             FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u) acc[u] = favor__v_set1(0.0f);          \
+            if (whole)                                                                           \
+                FAVOR__UNROLL for (u = 0; u < KT; ++u)                                           \
+                    for (c = 0; c < dvec; c += FAVOR__W) {                                       \
+                        const favor__vf kc = LOAD(Kj + u * ldk + c);                             \
+                        FAVOR__UNROLL for (r = 0; r < 4; ++r)                                    \
+                            acc[r * KT + u] =                                                    \
+                                favor__v_fma(kc, favor__v_load(q + r * ldq + c), acc[r * KT + u]); \
+                    }                                                                            \
+            else                                                                                 \
             for (c = 0; c < dvec; c += FAVOR__W) {                                               \
                 FAVOR__UNROLL for (u = 0; u < KT; ++u) kv[u] = LOAD(Kj + u * ldk + c);          \
                 FAVOR__UNROLL for (r = 0; r < 4; ++r) {                                          \
@@ -2380,12 +2391,14 @@ FAVOR__DEFINE_DOTS4(favor__dots4_bf16, _bf16, uint16_t, favor__v_load_bf16a, fav
 
 /* favor__dots4 on rows of type t */
 static void favor__dots4_as(favor_dtype t, const float *q, size_t ldq, size_t d, const void *K,
-                            size_t ldk, size_t nb, float *S, size_t lds, const favor__ahead *ahead)
+                            size_t ldk, size_t nb, float *S, size_t lds, const favor__ahead *ahead,
+                            int whole)
 {
-    if (t == FAVOR_F16) favor__dots4_f16(q, ldq, d, (const uint16_t *)K, ldk, nb, S, lds, ahead);
+    if (t == FAVOR_F16)
+        favor__dots4_f16(q, ldq, d, (const uint16_t *)K, ldk, nb, S, lds, ahead, whole);
     else if (t == FAVOR_BF16)
-        favor__dots4_bf16(q, ldq, d, (const uint16_t *)K, ldk, nb, S, lds, ahead);
-    else favor__dots4(q, ldq, d, (const float *)K, ldk, nb, S, lds, ahead);
+        favor__dots4_bf16(q, ldq, d, (const uint16_t *)K, ldk, nb, S, lds, ahead, whole);
+    else favor__dots4(q, ldq, d, (const float *)K, ldk, nb, S, lds, ahead, whole);
 }
 
 /* favor__dots on rows of type t */
@@ -4478,16 +4491,18 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
      * on 8, d = 64 and 128: 0.88-0.93x the time of scoring the widened tile) */
     const int k16 = widened && R == 4;
     /* rows scored four at a time (favor__dots4): K read in place by four rows;
-     * fp32 rows of up to 256 bytes streamed in place (Zen 3, 16384 keys, 4 rows
-     * or 32 query heads on 8: d = 64 0.89-0.91x the time of one row at a time,
-     * d = 128 1.07-1.1x, where each row read whole, in address order, streams
-     * better); a widened tile whose fp32 rows pass 256 bytes, 32 KiB that each
-     * row would read again from L2 (fp16, d = 128, 32 query heads on 8 with 4
-     * rows: 0.93x). A widened tile of rows up to 256 bytes stays in L1 for
-     * favor__dots_side, eight keys a row (fp16, d = 64, 8 or 16 rows: dots4 took
-     * 1.06-1.12x); and an fp32 tile copied for 8 or more rows (favor__dec_copy) */
+     * fp32 rows streamed in place (Zen 3, 16384 keys, 4 rows or 32 query heads
+     * on 8: d = 64 0.89-0.91x the time of one row at a time), those over 256
+     * bytes each key row read whole (`whole`: d = 128 0.96-0.99x, 0.90x at 65536
+     * keys; side by side a vector at a time, 1.07-1.1x); a widened tile whose
+     * fp32 rows pass 256 bytes, 32 KiB that each row would read again from L2
+     * (fp16, d = 128, 32 query heads on 8 with 4 rows: 0.93x). A widened tile of
+     * rows up to 256 bytes stays in L1 for favor__dots_side, eight keys a row
+     * (fp16, d = 64, 8 or 16 rows: dots4 took 1.06-1.12x); and an fp32 tile
+     * copied for 8 or more rows (favor__dec_copy) */
     const int copy = !direct && favor__dec_copy(x);
-    const int four_ok = !direct && (k16 || copy || (widened ? d * 4 > 256 : d * esk <= 256));
+    const int four_ok = !direct && (k16 || copy || !widened || d * 4 > 256);
+    const int whole = !direct && !widened && !copy && d * esk > 256;
     /* the types of the K and V rows the kernels read */
     favor_dtype tk = direct || k16 ? x->k->dtype : FAVOR_F32;
     favor_dtype tv = direct ? x->v->dtype : FAVOR_F32;
@@ -4578,7 +4593,8 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
                 ar.rows = (r + 1) * ahead.rows / R - r * ahead.rows / R;
                 if (four_ok && r >= four && r + 4 <= R && favor__same_keys(x, r, j0, nb, ka, kb)) {
                     ar.rows = (r + 4) * ahead.rows / R - r * ahead.rows / R; /* rows r..r+3's */
-                    favor__dots4_as(tk, Qs + r * d, d, d, Ka, ldk, kb - ka, Sr + ka, BK, &ar);
+                    favor__dots4_as(tk, Qs + r * d, d, d, Ka, ldk, kb - ka, Sr + ka, BK, &ar,
+                                    whole);
                     four = r + 4;
                 } else if (r >= four && widened && !k16) /* favor__in's copy, in cache */
                     favor__dots_side(Qs + r * d, d, (const float *)Ka, ldk, kb - ka, Sr + ka, &ar,
