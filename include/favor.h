@@ -4373,29 +4373,13 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
  * widened). Every path adds each element's terms in the same order. A
  * second pass merges each row's partials in block order and writes O = A / l
  * (and the lse). Neither pass depends on which thread ran what, so the results
- * do not depend on the thread count. Workspace: R (d + 2 BK) floats per thread
- * and its tile buffers (16-bit K and V widened; an fp32 K tile copied for eight
- * rows or more, favor__dec_copy), plus R (d_v + 2) floats per block per key/value
- * head, which grows with n_k. */
+ * do not depend on the thread count. Workspace: R (d + 2 BK) floats per thread,
+ * plus R (d_v + 2) floats per block per key/value head, which grows with n_k. */
 #define FAVOR__DEC_ROWS 32
 #define FAVOR__DEC_BLOCK 512
 #define FAVOR__DEC_DIRECT 2
-/* rows from which an fp32 K tile of rows over 256 bytes is copied before it is
- * scored (favor__dec_copy) */
-#define FAVOR__DEC_COPY 8
 
 typedef favor__sm favor__dec;
-
-/* Whether the decode rows copy an fp32 K tile into the workspace and score the
- * copy four rows at a time: R >= FAVOR__DEC_COPY rows of over 256 bytes (d = 128:
- * one row at a time each row read the 32 KiB tile again from L2, and four rows
- * streaming it from memory took 1.06-1.13x). Zen 3, fp32, d = 128, 16384 keys:
- * 0.69-0.73x the time with 16 rows (32 query heads on 8 with 4 tokens, 8 on 8
- * with 16), 0.87-0.95x with 8; 4 rows took 1.10-1.15x, and d = 64 1.02-1.04x. */
-static int favor__dec_copy(const favor__dec *x)
-{
-    return x->k->dtype == FAVOR_F32 && x->R >= FAVOR__DEC_COPY && x->d * sizeof(float) > 256;
-}
 
 /* The decode layout of a call: R, the blocks, and the floats of its workspace
  * (per-thread slices of `*slice` floats, then the partials at *part_at); 0 when
@@ -4415,8 +4399,7 @@ static size_t favor__decode_floats(favor__dec *x, size_t hkv, size_t nt, size_t 
         !favor__add_ok(x->d, x->md.mask ? 3 * FAVOR__BK : 2 * FAVOR__BK, &per) ||
         !favor__mul_ok(per, x->R, &per) ||
         !favor__add_ok(per, x->dv + favor__io_floats(x->k, FAVOR__BK) +
-                                favor__io_floats(x->v, FAVOR__BK) +
-                                (favor__dec_copy(x) ? FAVOR__BK * x->d : 0), &per) ||
+                                favor__io_floats(x->v, FAVOR__BK), &per) ||
         !(*part_at = favor__slices(per, nt, slice)) ||
         !favor__mul_ok(x->dv + 2, x->R, &part) || !favor__mul_ok(part, x->nblk, &part) ||
         !favor__mul_ok(part, hkv, &part) || !favor__add_ok(*part_at, part, &all) ||
@@ -4478,8 +4461,7 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     const size_t R = x->R, d = x->d, dv = x->dv, BK = FAVOR__BK, rec = dv + 2;
     float *Qs = ws, *S = ws + R * d, *P = x->part + (g * x->nblk + b) * R * rec, *Sp = NULL;
     float *Kb = S + 2 * R * BK + dv, *Vb = Kb + favor__io_floats(x->k, BK);
-    float *Kc = Vb + favor__io_floats(x->v, BK); /* favor__dec_copy: BK x d */
-    float *Mr = Kc + (favor__dec_copy(x) ? BK * d : 0); /* with a mask: R x BK */
+    float *Mr = Vb + favor__io_floats(x->v, BK); /* with a mask: R x BK */
     size_t j0 = (x->b0 + b) * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv, lo, hi, beg,
            end;
     size_t esk = favor_dtype_size(x->k->dtype), esv = favor_dtype_size(x->v->dtype);
@@ -4498,11 +4480,9 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
      * fp32 rows pass 256 bytes, 32 KiB that each row would read again from L2
      * (fp16, d = 128, 32 query heads on 8 with 4 rows: 0.93x). A widened tile of
      * rows up to 256 bytes stays in L1 for favor__dots_side, eight keys a row
-     * (fp16, d = 64, 8 or 16 rows: dots4 took 1.06-1.12x); and an fp32 tile
-     * copied for 8 or more rows (favor__dec_copy) */
-    const int copy = !direct && favor__dec_copy(x);
-    const int four_ok = !direct && (k16 || copy || !widened || d * 4 > 256);
-    const int whole = !direct && !widened && !copy && d * esk > 256;
+     * (fp16, d = 64, 8 or 16 rows: dots4 took 1.06-1.12x) */
+    const int four_ok = !direct && (k16 || !widened || d * 4 > 256);
+    const int whole = !direct && !widened && d * esk > 256;
     /* the types of the K and V rows the kernels read */
     favor_dtype tk = direct || k16 ? x->k->dtype : FAVOR_F32;
     favor_dtype tv = direct ? x->v->dtype : FAVOR_F32;
@@ -4556,10 +4536,6 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             if (k16) {
                 K = favor__at(x->k, g, j0);
                 ldk = x->k->row_stride;
-            } else if (copy) {
-                favor__widen_rows(x->k, g, j0, nb, Kc, d); /* an fp32 copy */
-                K = Kc;
-                ldk = d;
             } else
                 K = favor__in(x->k, g, j0, nb, Kb, &ldk);
             V = favor__in(x->v, g, j0, nb, Vb, &ldv);
@@ -8864,7 +8840,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__cols_in FAVOR__N(favor__cols_in)
 #define favor__cols_out FAVOR__N(favor__cols_out)
 #define favor__dec FAVOR__N(favor__dec)
-#define favor__dec_copy FAVOR__N(favor__dec_copy)
 #define favor__decode_block FAVOR__N(favor__decode_block)
 #define favor__decode_floats FAVOR__N(favor__decode_floats)
 #define favor__decode_mask FAVOR__N(favor__decode_mask)
@@ -9176,7 +9151,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__BQ
 #undef FAVOR__CHUNK
 #undef FAVOR__DEC_BLOCK
-#undef FAVOR__DEC_COPY
 #undef FAVOR__DEC_DIRECT
 #undef FAVOR__DEC_ROWS
 #undef FAVOR__DEFINE_CONVERT
@@ -9338,7 +9312,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__cols_in
 #undef favor__cols_out
 #undef favor__dec
-#undef favor__dec_copy
 #undef favor__decode_block
 #undef favor__decode_floats
 #undef favor__decode_mask
