@@ -4475,8 +4475,9 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     /* rows scored four at a time (favor__dots4): K read in place by four rows;
      * fp32 rows streamed in place (Zen 3, 16384 keys, 4 rows or 32 query heads
      * on 8: d = 64 0.89-0.91x the time of one row at a time), those over 256
-     * bytes each key row read whole (`whole`: d = 128 0.96-0.99x, 0.90x at 65536
-     * keys; side by side a vector at a time, 1.07-1.1x); a widened tile whose
+     * bytes each key row read whole (`whole`; d = 128, 4 rows: 0.96-1.03x at
+     * 16384 keys and 0.90-0.95x at 65536, 16 rows 0.76-0.81x; two key rows side
+     * by side a vector at a time took 1.07-1.1x); a widened tile whose
      * fp32 rows pass 256 bytes, 32 KiB that each row would read again from L2
      * (fp16, d = 128, 32 query heads on 8 with 4 rows: 0.93x). A widened tile of
      * rows up to 256 bytes stays in L1 for favor__dots_side, eight keys a row
