@@ -1229,8 +1229,8 @@ static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf 
 /* see the AVX2 version: 16 vectors in three rounds of pairwise adds (elements
  * within 128-bit blocks by unpack, then by shuffle, then the blocks). The loops
  * are unrolled: left rolled (gcc 12 -O2), the caller's 16 accumulators went
- * through the stack, and the score kernels took 1.04-1.18x the time (Xeon,
- * Cascade Lake, decode with 4 to 16 rows, d = 64; same bits) */
+ * through the stack, and decode calls took 1.03-1.18x the time (Xeon, Cascade
+ * Lake, d = 64, one to 16 rows; same bits) */
 static inline favor__vf favor__v_sums(const favor__vf *a)
 {
     __m512 s[8], t[4], u0, u1;
