@@ -1868,7 +1868,7 @@ static void favor__vmul(float *y, const float *x, size_t n)
  * costs an Intel core a microcode assist (Xeon, Cascade Lake, n = 4096, d = 64,
  * causal: an ALiBi backward, whose far keys land there, took 2.7-3.1 s, 0.74-0.96
  * s with the core's flush-to-zero mode set, 1.3-1.7 s with only the subnormal P
- * made 0, and 0.74-1.08 s so). Every backend flushes alike. */
+ * made 0, and 0.74-1.08 s with this floor). Every backend flushes alike. */
 #define FAVOR__LN_P_MIN (-69.31471806f) /* ln 2^-100 */
 static void favor__exp_sub(float *y, const float *c, size_t n)
 {
