@@ -34,21 +34,30 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
 
 asan() { # $1 compiler
     echo "== $1 -fsanitize=address,undefined: the suite"
+    # The asan preset compiles at -O1 -g1: line tables, so reports name the file
+    # and line; full -g made gcc 12's ASan + UBSan compile of the AVX-512
+    # library 1.3-1.9x as long (Xeon Cascade Lake) and adds nothing to a report.
     # shellcheck disable=SC2046
-    # Without the FAVOR_DISPATCH variant, and the examples built with
-    # -march=native, not dispatched: each dispatched program is three copies of
-    # the library, the same kernels these variants run (the README step and
-    # the clang -O3 portability job run the dispatched suite).
+    # Without the FAVOR_DISPATCH variant (each dispatched program is three
+    # copies of the library, the same kernels these variants run; the README
+    # step and the clang -O3 portability job run the dispatched suite), and the
+    # examples built plainly (the scalar backend; FAVOR_NATIVE=OFF,
+    # FAVOR_EXAMPLES_DISPATCH=OFF): what ASan checks in them is their own code
+    # (favor_npy's .npy parsing, favor_train's model), and the suite's SIMD
+    # variant runs the kernels they call. With AVX-512 under ASan + UBSan each
+    # whole copy of the library is a 50-100 s compile (Xeon Cascade Lake, gcc
+    # 12): the four -march=native examples were 45% of this build.
     # No tests/symbols/check.sh (the compiler's symbols, whatever the flags:
     # the README step and the clang -O3 portability job run it).
-    # Without long_recurrence: 10^7 tokens of register arithmetic on a few small
-    # arrays (77 s of a Zen 3's ASan run; the buffers it passes are the ones
-    # test_recurrent checks here); the README step and the m32 job run it.
-    CC=$1 cmake --preset asan -B "$out/asan-$1" -DFAVOR_TEST_DISPATCH=OFF -DFAVOR_NATIVE=ON \
-        -DFAVOR_TEST_SYMBOLS=OFF \
+    # Without long_recurrence, not built either: 10^7 tokens of register
+    # arithmetic on a few small arrays (77 s of a Zen 3's ASan run; the buffers
+    # it passes are the ones test_recurrent checks here); the README step and
+    # the m32 job run it.
+    CC=$1 cmake --preset asan -B "$out/asan-$1" -DFAVOR_TEST_DISPATCH=OFF -DFAVOR_NATIVE=OFF \
+        -DFAVOR_EXAMPLES_DISPATCH=OFF -DFAVOR_TEST_SYMBOLS=OFF -DFAVOR_TEST_LONG_RECURRENCE=OFF \
         $(favor_simd_variant_options) >/dev/null
     cmake --build "$out/asan-$1" -j"$jobs" >/dev/null
-    ctest --test-dir "$out/asan-$1" --output-on-failure -j"$jobs" -E '^long_recurrence$'
+    ctest --test-dir "$out/asan-$1" --output-on-failure -j"$jobs"
 }
 
 job_valgrind() {
@@ -61,9 +70,10 @@ job_valgrind() {
     # would choose AVX2); for the same reason FAVOR_TEST_AVX512=OFF (the ASan
     # jobs run that variant). Left out: the bench; the training smoke test and
     # the interop test (driven by cmake -P and Python, not wrapped);
-    # tsan_concurrent (the TSan job races it); the 10^7-token recurrence and the
-    # exp and tanh sweeps (minutes under valgrind, register arithmetic on a few
-    # small arrays; the ASan jobs run both); test_features (its statistics draw
+    # tsan_concurrent (the TSan job races it); the 10^7-token recurrence (not
+    # built) and the exp and tanh sweeps (minutes under valgrind, register
+    # arithmetic on a few small arrays; the ASan jobs run the sweeps, the README
+    # step the recurrence); test_features (its statistics draw
     # the same feature maps thousands of times, 160 s on a Zen 3; every linear
     # suite draws them too); the AVX2 variants of every suite but test_backends,
     # test_dtypes and the examples and standalone tests (the scalar variants run
@@ -80,13 +90,13 @@ job_valgrind() {
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DFAVOR_BUILD_BENCH=OFF -DFAVOR_NATIVE=OFF \
         -DFAVOR_EXAMPLES_DISPATCH=OFF \
-        -DFAVOR_TEST_AVX512=OFF -DFAVOR_TEST_SYMBOLS=OFF \
+        -DFAVOR_TEST_AVX512=OFF -DFAVOR_TEST_SYMBOLS=OFF -DFAVOR_TEST_LONG_RECURRENCE=OFF \
         "-DCMAKE_CROSSCOMPILING_EMULATOR=valgrind;--error-exitcode=99;--leak-check=full;--errors-for-leak-kinds=definite;--quiet" \
         >/dev/null
     cmake --build "$dir" -j"$jobs" >/dev/null
     # valgrind runs threads one at a time: OpenMP spinning would only burn time
     OMP_WAIT_POLICY=passive ctest --test-dir "$dir" --output-on-failure -j"$jobs" \
-        -E 'favor_train_smoke|forced_|long_recurrence|tsan_concurrent_|standalone_(exp|tanh)|interop|test_features_|test_(backward|linear|threads|recurrent|decode|stress|batch|softmax|variants|gated|gated_bwd)_avx2|test_(backends|dtypes)_scalar' \
+        -E 'favor_train_smoke|forced_|tsan_concurrent_|standalone_(exp|tanh)|interop|test_features_|test_(backward|linear|threads|recurrent|decode|stress|batch|softmax|variants|gated|gated_bwd)_avx2|test_(backends|dtypes)_scalar' \
         --timeout 1500
 }
 
