@@ -89,45 +89,67 @@ job_opt() {
     done
 }
 
-job_pedantic() {
-    printf '#define FAVOR_IMPLEMENTATION\n#include "favor.h"\n' > "$out/impl.c"
-    for cc in gcc clang; do
-        for std in c99 c11; do
-            for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma" "-DFAVOR_STATIC -mavx2 -mfma -mf16c" \
-                "-mavx512f -mfma" "-DFAVOR_STATIC -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma" \
-                "-DFAVOR_DISPATCH" "-DFAVOR_STATIC -DFAVOR_DISPATCH -fopenmp"; do
-                echo "== $cc -std=$std -pedantic -Werror -Wall -Wextra $backend"
-                # shellcheck disable=SC2086
-                $cc -std=$std -pedantic -Werror -Wall -Wextra -Wshadow -Wstrict-prototypes \
-                    -Wmissing-prototypes -Wcast-qual -Wundef $backend -Iinclude \
-                    -c "$out/impl.c" -o "$out/impl.o"
-            done
+# both_at_once F A B: the shell function F run twice at once, F A in the
+# background and F B in the foreground, each into a log of its own, printed
+# after; fails when either fails. (The compile-only jobs are serial compiles of
+# the whole header, one at a time: one per core halves their time.) F stops at
+# its first failure itself (`|| return 1`): set -e does not apply inside a
+# command whose status is tested.
+both_at_once() {
+    f=$1 a=$2 b=$3
+    "$f" "$a" > "$out/$f-$a.log" 2>&1 &
+    pid=$!
+    st_b=0
+    "$f" "$b" > "$out/$f-$b.log" 2>&1 || st_b=$?
+    st_a=0
+    wait "$pid" || st_a=$?
+    cat "$out/$f-$a.log" "$out/$f-$b.log"
+    [ "$st_a" = 0 ] && [ "$st_b" = 0 ]
+}
+
+pedantic_cc() { # $1 compiler
+    for std in c99 c11; do
+        for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma" "-DFAVOR_STATIC -mavx2 -mfma -mf16c" \
+            "-mavx512f -mfma" "-DFAVOR_STATIC -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma" \
+            "-DFAVOR_DISPATCH" "-DFAVOR_STATIC -DFAVOR_DISPATCH -fopenmp"; do
+            echo "== $1 -std=$std -pedantic -Werror -Wall -Wextra $backend"
+            # shellcheck disable=SC2086
+            $1 -std=$std -pedantic -Werror -Wall -Wextra -Wshadow -Wstrict-prototypes \
+                -Wmissing-prototypes -Wcast-qual -Wundef $backend -Iinclude \
+                -c "$out/impl.c" -o "$out/impl-$1.o" || return 1
         done
     done
 }
 
-job_cxx() {
-    for cxx in g++ clang++; do
-        for std in c++11 c++17; do
-            for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma"; do
-                echo "== $cxx -std=$std -Werror $backend: tests/cxx/cxx_smoke.cpp"
-                # shellcheck disable=SC2086
-                $cxx -std=$std -O2 -Wall -Wextra -pedantic -Werror $backend -Iinclude \
-                    tests/cxx/cxx_smoke.cpp -o "$out/cxx_smoke"
-                "$out/cxx_smoke"
-            done
+job_pedantic() {
+    printf '#define FAVOR_IMPLEMENTATION\n#include "favor.h"\n' > "$out/impl.c"
+    both_at_once pedantic_cc gcc clang
+}
+
+cxx_smoke() { # $1 compiler
+    for std in c++11 c++17; do
+        for backend in "-DFAVOR_NO_SIMD" "-mavx2 -mfma"; do
+            echo "== $1 -std=$std -Werror $backend: tests/cxx/cxx_smoke.cpp"
+            # shellcheck disable=SC2086
+            $1 -std=$std -O2 -Wall -Wextra -pedantic -Werror $backend -Iinclude \
+                tests/cxx/cxx_smoke.cpp -o "$out/cxx_smoke-$1" || return 1
+            "$out/cxx_smoke-$1" || return 1
         done
     done
     # FAVOR_DISPATCH compiled as C++ (its AVX-512 pass: g++ 12 warns
     # uninitialized inside its own avx512fintrin.h (_mm512_undefined_*), as for a
     # static -mavx512f build; the C jobs keep the warning on)
-    for cxx in "g++ -Wno-uninitialized -Wno-maybe-uninitialized" clang++; do
-        echo "== $cxx -std=c++11 -Werror -DFAVOR_DISPATCH: tests/cxx/cxx_smoke.cpp"
-        # shellcheck disable=SC2086
-        $cxx -std=c++11 -O2 -Wall -Wextra -pedantic -Werror -DFAVOR_DISPATCH -Iinclude \
-            tests/cxx/cxx_smoke.cpp -o "$out/cxx_smoke"
-        "$out/cxx_smoke"
-    done
+    quiet=""
+    if [ "$1" = g++ ]; then quiet="-Wno-uninitialized -Wno-maybe-uninitialized"; fi
+    echo "== $1 $quiet -std=c++11 -Werror -DFAVOR_DISPATCH: tests/cxx/cxx_smoke.cpp"
+    # shellcheck disable=SC2086
+    $1 $quiet -std=c++11 -O2 -Wall -Wextra -pedantic -Werror -DFAVOR_DISPATCH -Iinclude \
+        tests/cxx/cxx_smoke.cpp -o "$out/cxx_smoke-$1" || return 1
+    "$out/cxx_smoke-$1"
+}
+
+job_cxx() {
+    both_at_once cxx_smoke g++ clang++
 }
 
 job_m32() {
