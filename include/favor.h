@@ -4798,27 +4798,36 @@ static size_t favor__softmax_floats_all(const favor_tensor *q, const favor_tenso
 static void favor__softmax_run(favor__sm *x, size_t hq, size_t hkv, float *ws, size_t slice,
                                size_t at, int dec, size_t nt)
 {
-    long it, items;
+    long it, items, run, runs;
     size_t blocks = (x->n + FAVOR__BQ - 1) / FAVOR__BQ;
     (void)nt;
     if (dec) {
         x->part = ws + at;
         items = (long)(hkv * x->nblk);
+        runs = items < 8 * (long)nt ? items : 8 * (long)nt;
 #ifdef _OPENMP
 #pragma omp parallel num_threads((int)nt)
 #endif
         {
-            /* runs of consecutive blocks, about 8 per thread: each thread
-             * streams its keys and values in order, so its prefetchers (and the
-             * next tile's prefetch, which reaches into the next block) stay on
-             * its own rows; single blocks dealt in turn measured 1.1-1.4x the
-             * time on 2 threads (Zen 5, 131072 keys) */
+            /* runs of consecutive blocks, 8 per thread: each thread streams its
+             * keys and values in order, so its prefetchers (and the next tile's
+             * prefetch, which reaches into the next block) stay on its own
+             * rows; single blocks dealt in turn measured 1.1-1.4x the time on 2
+             * threads (Zen 5, 131072 keys). The runs differ by at most one
+             * block and their count is a multiple of nt. Runs of items/(8 nt)
+             * + 1 blocks did not divide evenly: 16384 keys on 8 heads, 256
+             * blocks, made 15 runs of 17 and one of 1, so on 2 threads one
+             * streamed 136 blocks and the other 120 (Xeon: these runs take
+             * 0.97-0.98x the time). */
 #ifdef _OPENMP
-#pragma omp for schedule(dynamic, items / (8 * (long)nt) + 1)
+#pragma omp for schedule(dynamic, 1)
 #endif
-            for (it = 0; it < items; ++it)
-                favor__decode_block(x, (size_t)it / x->nblk, (size_t)it % x->nblk,
-                                    ws + FAVOR__TID() * slice);
+            for (run = 0; run < runs; ++run) {
+                long b; /* declared here: private to the thread */
+                for (b = run * items / runs; b < (run + 1) * items / runs; ++b)
+                    favor__decode_block(x, (size_t)b / x->nblk, (size_t)b % x->nblk,
+                                        ws + FAVOR__TID() * slice);
+            }
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif

@@ -21,7 +21,8 @@
  * 2e-5 * max|V| (O) and 2e-5 * (1 + |lse|) (lse).
  *
  * Threads: opts.threads 1, 2, 3, 4 give outputs and lse bit-identical to
- * threads = 1, n_k a multiple of 512 and not. Without OpenMP this holds
+ * threads = 1, n_k a multiple of 512 and not, with fewer blocks than 8 per
+ * thread and more (runs of several blocks). Without OpenMP this holds
  * trivially and is still checked.
  *
  * No future dependence: n = 4 causal rows against n_k keys; a key only later
@@ -561,6 +562,7 @@ static void test_decode_threads_identical(void **state)
         {  8, 8,  1,  511,  32,  32, 1 },
         { 16, 2,  1, 1537,  64,  64, 0 },
         {  4, 1, 16, 1536,  32,  16, 1 },
+        {  4, 2,  1, 4700,  32,  32, 1 }, /* 20 blocks: on 2 threads, 16 runs of 1-2 */
     };
     static const int threads[] = { 1, 2, 3, 4 };
     size_t ci, ti;
