@@ -4813,12 +4813,12 @@ static void favor__softmax_run(favor__sm *x, size_t hq, size_t hkv, float *ws, s
              * keys and values in order, so its prefetchers (and the next tile's
              * prefetch, which reaches into the next block) stay on its own
              * rows; single blocks dealt in turn measured 1.1-1.4x the time on 2
-             * threads (Zen 5, 131072 keys). The runs differ by at most one
-             * block and their count is a multiple of nt. Runs of items/(8 nt)
-             * + 1 blocks did not divide evenly: 16384 keys on 8 heads, 256
-             * blocks, made 15 runs of 17 and one of 1, so on 2 threads one
-             * streamed 136 blocks and the other 120 (Xeon: these runs take
-             * 0.97-0.98x the time). */
+             * threads (Zen 5, 131072 keys). With 8 nt blocks or more, the runs
+             * differ by at most one block (with fewer, each block is a run).
+             * Runs of items/(8 nt) + 1 blocks did not divide evenly: 16384 keys
+             * on 8 heads, 256 blocks, made 15 runs of 17 and one of 1, so on 2
+             * threads one streamed 136 blocks and the other 120 (Xeon: these
+             * runs take 0.97-0.98x the time). */
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
