@@ -7,7 +7,7 @@
  * inputs, and with opts.lse |lse - lse_ref| <= 1e-5 * (1 + |lse_ref|), for n in
  * {1, 2, 3, 8, 16, 32}, n_k from 1 to 100000 (around the 512-key blocks: 511, 512,
  * 513, 1537, 4101), grouped-query ratios 1, 4 and 8, causal (bottom-right
- * aligned) and not, d in {1, 4, 64, 128, 256} with d_v != d in some cases, K
+ * aligned) and not, d in {1, 4, 16, 32, 64, 128, 256} with d_v != d in some cases, K
  * and V as strided views of a [tokens][heads*dim] cache (also K and V sharing one
  * cache buffer whose capacity exceeds n_k, the tail NaN), caller workspace and
  * library allocation. Causal calls with n > n_k have rows that see no key: those
@@ -223,6 +223,15 @@ static const dc_case cases[] = {
     {  4, 1,  32,    700,  64,  48, 1, 0.0f,  P, IL,  P, 1, 1 },
     {  2, 2,  32,     20,  16,  16, 1, 0.0f, IL, IP,  P, 0, 1 },
     {  8, 8,   2,      1,  64,  64, 1, 0.0f,  P, IP,  P, 1, 1 },
+    /* one or two rows per key/value head with d = d_v = 4 and 8 vectors (16, 32,
+     * 64 and 128: NEON, AVX2 and AVX-512 each meet two of them), past one tile
+     * of keys, with a last tile that is not whole: favor__dots_pv4 and _pv8,
+     * their q and P V in registers; two causal rows of one head end their keys
+     * at different keys of the last tile */
+    {  1, 1,   1,   1000,  64,  64, 0, 0.0f,  P, IL,  P, 0, 1 },
+    {  2, 1,   1,    700, 128, 128, 1, 0.0f, IL,  P,  P, 1, 1 },
+    {  2, 2,   2,    601,  32,  32, 1, 0.0f,  P, IP,  P, 0, 1 },
+    {  1, 1,   2,    300,  16,  16, 1, 0.0f,  P,  P, IL, 1, 1 },
 };
 
 /* Run one case on N(0,1) inputs. Returns the number of failed checks. */

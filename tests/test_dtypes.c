@@ -14,7 +14,8 @@
  *     rounded once to nearest even (rounding computed here, by search over the
  *     codes in double, not with the library's conversions).
  * Cases: softmax and every kernel, causal and not, the decode path (one row
- * against 700 keys, two blocks of the split), prefill shapes with n_k above and
+ * against 700 keys, two blocks of the split; softmax rows whose q and P V stay
+ * in registers, d = 16 to 128), prefill shapes with n_k above and
  * below n and grouped heads, all-fp16, all-bf16, mixed types, fp32 inputs with a
  * 16-bit output. Backward: the same methods, 16-bit q, k, v, dout (the softmax
  * backward's `out` 16-bit in the equivalence check; fp32 in the reference check,
@@ -454,6 +455,36 @@ static void test_forward(void **state)
     assert_int_equal(run_cases(shapes, sizeof shapes / sizeof shapes[0], 1401, 0), 0);
 }
 
+/* Decode rows whose q and P V the kernel keeps in registers (favor__dots_pv4 and
+ * _pv8: d = d_v = 4 or 8 vectors), in 16-bit types and mixed, against the fp32
+ * call's same kernel, bit for bit, and the reference: softmax only (the linear
+ * methods have no decode path), one or two rows per key/value head, past one
+ * tile of keys, causal and not. d = 16, 32, 64 and 128: two of them on each
+ * SIMD backend. */
+static void test_forward_decode_rows(void **state)
+{
+    static const shape shapes[] = {
+        { 1, 1, 1, 150, 64, 64 },
+        { 2, 1, 1, 130, 128, 128 },
+        { 2, 2, 2, 100, 32, 32 },
+        { 1, 1, 2, 90, 16, 16 },
+    };
+    tu_rng rng;
+    size_t si, ci;
+    int causal, fails = 0, idx = 0;
+    (void)state;
+    rng.s = 1451;
+    for (si = 0; si < sizeof shapes / sizeof shapes[0]; ++si) {
+        meth mt;
+        meth_init(&mt, SOFTMAX, shapes[si].d);
+        for (causal = 0; causal < 2; ++causal)
+            for (ci = 0; ci < NCOMBOS; ++ci, ++idx)
+                fails += run_forward(&mt, &shapes[si], causal, combos[ci], idx % 3, idx % 2, &rng);
+        free(mt.w);
+    }
+    assert_int_equal(fails, 0);
+}
+
 /* ---- backward ------------------------------------------------------------ */
 
 /* max |g - ref| - half_ulp over max|ref| floored as in test_backward.c */
@@ -864,6 +895,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward),
+        cmocka_unit_test(test_forward_decode_rows),
         cmocka_unit_test(test_backward),
         cmocka_unit_test(test_recurrent),
         cmocka_unit_test(test_feature_map),
