@@ -2351,7 +2351,7 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
  * of every key and loads and stores C at every key, so each key's value waits
  * for the previous key's store to C (Xeon Cascade Lake, one row on 8/8 heads,
  * 16384 and 65536 keys, fraction of a plain read of K and V in the same
- * rounds: d = 64, fp32 0.82-0.84 to 0.90-0.92, fp16 0.69-0.76 to 0.75-0.80; in
+ * rounds: d = 64, fp32 0.82-0.84 to 0.89-0.92, fp16 0.69-0.76 to 0.75-0.80; in
  * cache 0.70-0.82x the time for 16-bit rows, 0.89x fp32 d = 64; the AVX2
  * backend on the same CPU, d = 32 and 64: 0.63-0.88x in cache). Every element
  * adds its terms in the order favor__dots adds them, keys past the last whole
