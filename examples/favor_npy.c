@@ -1335,9 +1335,14 @@ int main(int argc, char **argv)
                                    : favor_linear_attention(&f, &tq, &tk, &tv, &to, &opt);
         times[rep] = now_ms() - t0;
     }
-    if (st != FAVOR_OK)
+    if (st != FAVOR_OK) {
+        /* times is dead past here: freed, or LeakSanitizer can find no pointer
+         * left to it when exit() runs (gcc -O1 without inlining reuses its
+         * register); the other buffers stay reachable through the tensors */
+        free(times);
         data_error("favor_%s_attention: %s%s%s", c.method == M_SOFTMAX ? "softmax" : "linear",
                    favor_status_string(st), why[0] ? ": " : "", why);
+    }
 
     write_npy(&dest, out, c.out_type, oshape, r, c.out_itemsize);
     finish_output(&dest);
