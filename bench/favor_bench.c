@@ -41,6 +41,9 @@
  * runs: tiny sizes, every method checked against a float64 reference.
  * Uses the public favor.h API only. */
 #define _POSIX_C_SOURCE 200809L
+#if defined(__linux__)
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE (--huge-pages) */
+#endif
 
 #define FAVOR_IMPLEMENTATION
 #include "favor.h"
@@ -57,6 +60,9 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 
@@ -109,6 +115,60 @@ static void *xmalloc(size_t bytes)
 }
 
 static float *alloc_floats(size_t count) { return (float *)xmalloc(count * sizeof(float)); }
+
+/* --huge-pages: the key/value caches of the decode tables (fp32 and 16-bit, the
+ * ggml peer's too: it reads the same buffers) and the bandwidth buffer are
+ * allocated on 2 MiB boundaries and given to the kernel's transparent huge
+ * pages with madvise(MADV_HUGEPAGE) before they are first written. Linux only
+ * (elsewhere the option is refused). */
+static int g_huge_pages;
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static void *xmalloc_big(size_t bytes)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (g_huge_pages) {
+        void *p = NULL;
+        size_t whole = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+        if (posix_memalign(&p, HUGE_PAGE, whole ? whole : HUGE_PAGE) != 0 || !p)
+            die("out of memory");
+        if (madvise(p, whole, MADV_HUGEPAGE) != 0) die("madvise(MADV_HUGEPAGE) failed");
+        return p;
+    }
+#endif
+    return xmalloc(bytes);
+}
+
+static float *alloc_floats_big(size_t count)
+{
+    return (float *)xmalloc_big(count * sizeof(float));
+}
+
+/* This process's anonymous memory on huge pages, in MiB (/proc/self/smaps_rollup),
+ * or -1 where it cannot be read: what --huge-pages obtained. */
+static double huge_pages_mib(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    double kb = -1;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "AnonHugePages:", 14) == 0) {
+            kb = strtod(line + 14, NULL);
+            break;
+        }
+    fclose(f);
+    return kb < 0 ? -1 : kb / 1024.0;
+}
+
+/* With --huge-pages, one line: how much of the process is on huge pages once
+ * `what` is allocated and written (the kernel may give fewer than asked). */
+static void print_huge_pages(const char *what)
+{
+    if (g_huge_pages)
+        printf("  --huge-pages: %.0f MiB of this process on 2 MiB pages with %s\n",
+               huge_pages_mib(), what);
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -1214,10 +1274,11 @@ static const char *bandwidth_what(void) { return BENCH_BW_WHAT; }
 static double measure_bandwidth(size_t bytes, int passes, double *median_out)
 {
     size_t count = bytes / sizeof(float) / 128 * 128, i;
-    float *x = alloc_floats(count), acc = 0;
+    float *x = alloc_floats_big(count), acc = 0;
     double *ts = (double *)xmalloc((size_t)passes * sizeof *ts), best;
     int k;
     for (i = 0; i < count; ++i) x[i] = (float)(i & 1023) * (1.0f / 1024.0f);
+    print_huge_pages("the bandwidth buffer");
     acc += read_sum(x, count);
     for (k = 0; k < passes; ++k) {
         double t0 = now_s();
@@ -1325,6 +1386,9 @@ static void usage(FILE *to)
           "                     (up to --n-max), decode over 1K ... 1M keys; --quick:\n"
           "                     n = 256 and 1K keys); built with -DFAVOR_GGML_DIR\n"
           "  --no-ggml          skip them\n"
+          "  --huge-pages       the decode tables' caches and the bandwidth buffer on\n"
+          "                     2 MiB pages (Linux: madvise(MADV_HUGEPAGE); a line\n"
+          "                     says how much the kernel gave)\n"
           "  --ggml-csv FILE    write the ggml tables as CSV\n"
           "  --ggml-max-keys N  longest context of the ggml decode table (contexts\n"
           "                     whose buffers exceed 3/4 of the available memory are\n"
@@ -1471,6 +1535,14 @@ static int parse_args(int argc, char **argv, config *c)
         } else if (strcmp(a, "--no-ggml") == 0) {
             c->ggml = 0;
             used = 0;
+        } else if (strcmp(a, "--huge-pages") == 0) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+            g_huge_pages = 1;
+            used = 0;
+#else
+            fprintf(stderr, "favor_bench: --huge-pages: madvise(MADV_HUGEPAGE) is Linux's\n");
+            return -1;
+#endif
         } else if (!v) {
             fprintf(stderr, "favor_bench: %s: unknown option, or its value is missing\n", a);
             return -1;
@@ -2338,11 +2410,12 @@ static int decode_kv16_rows(const config *c, const size_t *ctxs, int nctx, float
     len = hkv * cap * d;
     t0 = now_s();
     for (hi = 0; hi < N_HALF; ++hi) {
-        hk[hi] = (uint16_t *)xmalloc(len * sizeof(uint16_t));
-        hv[hi] = (uint16_t *)xmalloc(len * sizeof(uint16_t));
+        hk[hi] = (uint16_t *)xmalloc_big(len * sizeof(uint16_t));
+        hv[hi] = (uint16_t *)xmalloc_big(len * sizeof(uint16_t));
         narrow_array(half_dtype[hi], hk[hi], kc, len);
         narrow_array(half_dtype[hi], hv[hi], vc, len);
     }
+    print_huge_pages("the 16-bit caches");
     qb = alloc_floats(hq * n * d);
     ob = alloc_floats(hq * n * d);
     fill_normal(qb, hq * n * d, 0.5, c->seed + 19);
@@ -2502,10 +2575,11 @@ static int decode_softmax_rows(const config *c, const size_t *ctxs, int nctx, in
     else
         snprintf(bytes, sizeof bytes, "%.1f MiB", 2.0 * (double)kvfl * sizeof(float) / (1 << 20));
     fill_t0 = now_s();
-    kc = alloc_floats(kvfl);
-    vc = alloc_floats(kvfl);
+    kc = alloc_floats_big(kvfl);
+    vc = alloc_floats_big(kvfl);
     fill_normal_par(kc, kvfl, 0.5, c->seed + 17);
     fill_normal_par(vc, kvfl, 1.0, c->seed + 18);
+    print_huge_pages("the fp32 cache");
     qb = alloc_floats(hq_max * n_max * dmax);
     ob = alloc_floats(hq_max * n_max * dmax);
     fill_normal(qb, hq_max * n_max * dmax, 0.5, c->seed + 19);
@@ -4143,8 +4217,8 @@ done:
 /* fp16 copies of the fp32 K and V of a gg_bufs, count elements each */
 static void gg_half(gg_bufs *b, size_t count)
 {
-    b->k16 = (uint16_t *)xmalloc(count * sizeof(uint16_t));
-    b->v16 = (uint16_t *)xmalloc(count * sizeof(uint16_t));
+    b->k16 = (uint16_t *)xmalloc_big(count * sizeof(uint16_t));
+    b->v16 = (uint16_t *)xmalloc_big(count * sizeof(uint16_t));
     narrow_array(FAVOR_F16, b->k16, b->k, count);
     narrow_array(FAVOR_F16, b->v16, b->v, count);
 }
@@ -4273,11 +4347,12 @@ static void gg_decode(gg_run *R)
         memset(&b, 0, sizeof b);
         len = hkv * cap * d;
         b.hs = cap * d;
-        b.k = alloc_floats(len);
-        b.v = alloc_floats(len);
+        b.k = alloc_floats_big(len);
+        b.v = alloc_floats_big(len);
         fill_normal_par(b.k, len, 0.5, c->seed + 27 + d);
         fill_normal_par(b.v, len, 1.0, c->seed + 28 + d);
         gg_half(&b, len);
+        print_huge_pages("the decode table's caches");
         b.q = alloc_floats(qmax * d);
         b.o32 = alloc_floats(qmax * d);
         b.o16 = alloc_floats(qmax * d);
