@@ -107,12 +107,14 @@ static void die(const char *what)
     exit(2);
 }
 
-static void *xmalloc(size_t bytes)
+static void *xmalloc_aligned(size_t align, size_t bytes)
 {
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0 || !p) die("out of memory");
+    if (posix_memalign(&p, align, bytes ? bytes : align) != 0 || !p) die("out of memory");
     return p;
 }
+
+static void *xmalloc(size_t bytes) { return xmalloc_aligned(64, bytes); }
 
 static float *alloc_floats(size_t count) { return (float *)xmalloc(count * sizeof(float)); }
 
@@ -123,16 +125,20 @@ static float *alloc_floats(size_t count) { return (float *)xmalloc(count * sizeo
  * (elsewhere the option is refused). */
 static int g_huge_pages;
 #define HUGE_PAGE ((size_t)2 << 20)
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+#define BENCH_HUGE_PAGES 1
+#else
+#define BENCH_HUGE_PAGES 0
+#endif
 
 static void *xmalloc_big(size_t bytes)
 {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
+#if BENCH_HUGE_PAGES
     if (g_huge_pages) {
-        void *p = NULL;
         size_t whole = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-        if (posix_memalign(&p, HUGE_PAGE, whole ? whole : HUGE_PAGE) != 0 || !p)
-            die("out of memory");
-        if (madvise(p, whole, MADV_HUGEPAGE) != 0) die("madvise(MADV_HUGEPAGE) failed");
+        void *p = xmalloc_aligned(HUGE_PAGE, whole);
+        if (madvise(p, whole ? whole : HUGE_PAGE, MADV_HUGEPAGE) != 0)
+            die("madvise(MADV_HUGEPAGE) failed");
         return p;
     }
 #endif
@@ -1536,7 +1542,7 @@ static int parse_args(int argc, char **argv, config *c)
             c->ggml = 0;
             used = 0;
         } else if (strcmp(a, "--huge-pages") == 0) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
+#if BENCH_HUGE_PAGES
             g_huge_pages = 1;
             used = 0;
 #else

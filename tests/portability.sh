@@ -75,8 +75,9 @@ job_opt() {
             cmake --build "$dir" -j"$jobs" >/dev/null
             # Every level is built with -Werror; the suite runs at gcc -O0, gcc -O3
             # and clang -O3 (the README step runs it at gcc -O2, the CMakeLists'
-            # Release default). At -O0 the two suites that were longest, test_backward and test_linear (their
-            # float64 references), and test_features (statistics over thousands
+            # Release default). At -O0 the two suites that were longest,
+            # test_backward and test_linear (their float64 references), and
+            # test_features (statistics over thousands
             # of feature maps drawn) are left out, and so are the scalar variants
             # and favor_train_smoke (191 of the 292 CPU seconds left on a Zen 3):
             # what -O0 changes is the SIMD variant's code, vector values spilled

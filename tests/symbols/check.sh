@@ -84,8 +84,8 @@ check_flags() {
 
 check_flags "-O2" -O2
 check_flags "-O0" -O0
-# The sets below change what is compiled in, not how: at -O0, a fifth of the
-# -O2 compile (this test took 90 s of a Xeon's native run with them at -O2).
+# The sets below change what is compiled in, not how: at -O0 (gcc 12, AVX2, one
+# copy of the library: 2.3 s against 15.4 s at -O2 on a Xeon Cascade Lake).
 check_flags "scalar" -O0 -DFAVOR_NO_SIMD
 check_flags "PIC" -O0 -fPIC
 case $($CC -dumpmachine 2>/dev/null || echo unknown) in
