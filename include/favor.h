@@ -2344,6 +2344,14 @@ FAVOR__DEFINE_DOTS(favor__dots_f16, _f16, uint16_t, favor__v_load_f16, favor__s_
 FAVOR__DEFINE_DOTS(favor__dots_bf16, _bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16, 0)
 FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 1)
 
+/* key jj's value row into C (cv) with its probability, in favor__dots_pv */
+#define FAVOR__PV_ROW(LOAD, NV, jj)                                                              \
+    do {                                                                                         \
+        const favor__vf p_ = favor__v_set1(pv->p[jj]);                                           \
+        FAVOR__UNROLL for (c = 0; c < NV; ++c)                                                   \
+            cv[c] = favor__v_fma(p_, LOAD(V + (jj) * pv->ldv + c * FAVOR__W), cv[c]);            \
+    } while (0)
+
 /* favor__dots for a decode row with its P V (pv, not NULL; q not NULL) when
  * d = d_v = NV W: the row q and the NV vectors of its C stay in registers over
  * the tile, and each key's dot product and value row are whole statements of NV
@@ -2383,23 +2391,13 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
                 FAVOR__UNROLL for (c = 0; c < NV; ++c)                                           \
                     a = favor__v_fma(LOAD(Kr + c * FAVOR__W), qv[c], a);                         \
                 acc[u] = a;                                                                      \
-                if (j + u < pv->n) {                                                             \
-                    const E *Vr = V + (j + u) * pv->ldv;                                         \
-                    const favor__vf p = favor__v_set1(pv->p[j + u]);                             \
-                    FAVOR__UNROLL for (c = 0; c < NV; ++c)                                       \
-                        cv[c] = favor__v_fma(p, LOAD(Vr + c * FAVOR__W), cv[c]);                 \
-                }                                                                                \
+                if (j + u < pv->n) FAVOR__PV_ROW(LOAD, NV, j + u);                               \
             }                                                                                    \
             favor__v_store(S + j, favor__v_sums(acc));                                           \
         }                                                                                        \
         for (; j < nb || j < pv->n; ++j) {                                                       \
             if (j < nb) S[j] = favor__dot##T(q, K + j * ldk, d);                                 \
-            if (j < pv->n) {                                                                     \
-                const E *Vr = V + j * pv->ldv;                                                   \
-                const favor__vf p = favor__v_set1(pv->p[j]);                                     \
-                FAVOR__UNROLL for (c = 0; c < NV; ++c)                                           \
-                    cv[c] = favor__v_fma(p, LOAD(Vr + c * FAVOR__W), cv[c]);                     \
-            }                                                                                    \
+            if (j < pv->n) FAVOR__PV_ROW(LOAD, NV, j);                                           \
         }                                                                                        \
         FAVOR__UNROLL for (c = 0; c < NV; ++c) favor__v_store(pv->C + c * FAVOR__W, cv[c]);      \
         return 1;                                                                                \
@@ -2427,7 +2425,9 @@ FAVOR__DEFINE_DOTS_PV(favor__dots_pv8_bf16, _bf16, uint16_t, favor__v_load_bf16a
         enum { KT = FAVOR__W >= 4 ? FAVOR__W / 4 : 1 };                                          \
         size_t j = 0, c, r, u, dvec = d - d % FAVOR__W;                                          \
         const size_t nbv = FAVOR__W >= 4 ? nb - nb % FAVOR__W : 0;                               \
-        /* rows ahead per key, in 16.16 fixed point, rounded up: no division per group */       \
+        /* rows ahead per key, in 16.16 fixed point, rounded up: no division per group           \
+         * (nbv + !nbv is nbv here: on a scalar backend nbv is a constant 0, and gcc             \
+         * warns of a division by zero in the branch that never runs) */                         \
         const size_t step =                                                                      \
             ahead && nbv ? ((ahead->rows << 16) + nbv - 1) / (nbv + !nbv) : 0;                   \
         for (; j < nbv; j += KT) {                                                               \
@@ -2477,15 +2477,17 @@ FAVOR__DEFINE_DOTS4(favor__dots4, , float, favor__v_load, favor__s_from_f32)
 FAVOR__DEFINE_DOTS4(favor__dots4_f16, _f16, uint16_t, favor__v_load_f16, favor__s_from_f16)
 FAVOR__DEFINE_DOTS4(favor__dots4_bf16, _bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
 
-/* favor__dots4 on rows of type t */
+/* favor__dots4 on rows of type t. `whole` is for fp32 rows: the decode reads
+ * 16-bit K rows here (k16) side by side, never whole (its `whole` is 0 for
+ * them), so their kernels get a constant 0 and drop the other branch */
 static void favor__dots4_as(favor_dtype t, const float *q, size_t ldq, size_t d, const void *K,
                             size_t ldk, size_t nb, float *S, size_t lds, const favor__ahead *ahead,
                             int whole)
 {
     if (t == FAVOR_F16)
-        favor__dots4_f16(q, ldq, d, (const uint16_t *)K, ldk, nb, S, lds, ahead, whole);
+        favor__dots4_f16(q, ldq, d, (const uint16_t *)K, ldk, nb, S, lds, ahead, 0);
     else if (t == FAVOR_BF16)
-        favor__dots4_bf16(q, ldq, d, (const uint16_t *)K, ldk, nb, S, lds, ahead, whole);
+        favor__dots4_bf16(q, ldq, d, (const uint16_t *)K, ldk, nb, S, lds, ahead, 0);
     else favor__dots4(q, ldq, d, (const float *)K, ldk, nb, S, lds, ahead, whole);
 }
 
@@ -9306,6 +9308,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__PEND
 #undef FAVOR__PF_MIN
 #undef FAVOR__POLY2_MAXD
+#undef FAVOR__PV_ROW
 #undef FAVOR__RAMP
 #undef FAVOR__RELU_FLOOR
 #undef FAVOR__ROWBLK
