@@ -77,9 +77,9 @@ job_opt() {
             # and clang -O3 (the README step runs it at gcc -O2, the CMakeLists'
             # Release default). At -O0 the two suites that were longest,
             # test_backward and test_linear (their float64 references), and
-            # test_features (statistics over thousands
-            # of feature maps drawn) are left out, and so are the scalar variants
-            # and favor_train_smoke (191 of the 292 CPU seconds left on a Zen 3):
+            # test_features (statistics over thousands of feature maps drawn)
+            # are left out, and so are the scalar variants and
+            # favor_train_smoke (191 of the 292 CPU seconds left on a Zen 3):
             # what -O0 changes is the SIMD variant's code, vector values spilled
             # to the stack and passed between functions not inlined; plain C at
             # -O0 is the same C the other levels and UBSan run. The README step,
