@@ -2495,7 +2495,7 @@ static void favor__dots4_as(favor_dtype t, const float *q, size_t ldq, size_t d,
 static void favor__dots_as(favor_dtype t, const float *q, size_t d, const void *K, size_t ldk,
                            size_t nb, float *S, const favor__ahead *ahead, const favor__pvrow *pv)
 {
-    if (q && pv && !ahead && pv->t == t) { /* a decode row whose q and C fit in registers */
+    if (pv && !ahead && pv->t == t) { /* a decode row whose q and C fit in registers */
         const uint16_t *K16 = (const uint16_t *)K;
         const float *K32 = (const float *)K;
         if (t == FAVOR_F16 ? favor__dots_pv4_f16(q, d, K16, ldk, nb, S, pv) ||
