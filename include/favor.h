@@ -2395,8 +2395,9 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
  * fast as a plain fp16 convert-and-sum loop (Xeon Emerald Rapids, family 6
  * model 207; with a prefetch per line 4 KiB ahead that loop went from 8.5-9.7
  * to 11.5-12.2 GB/s). In the decode, one row on 8/8 heads, fp16 and bf16, d =
- * 64 and 128: 0.77-0.85x the time at 262144 keys, 0.86-0.97x at 16384 (in L3),
- * 0.87-0.88x on 16/8 heads, 0.81x on two threads; the same bits. 2 KiB and
+ * 64 and 128: 0.77-0.85x the time at 262144 keys, 0.78-0.98x at 16384 (in L3),
+ * 0.87-0.88x on 16/8 heads, 0.81x on two threads; the AVX2 build, d = 32 and
+ * 64: 0.72-0.81x and 0.83-0.95x; the same bits. 2 KiB and
  * 4 KiB ahead did alike. fp32 rows prefetch nothing: 0.93-1.01x there, and on
  * Zen 3 prefetching made them slower (favor__decode_block). On Cascade Lake,
  * fp16 rows prefetching 16 keys ahead (2 KiB at d = 64) took 0.97-1.00x. */
