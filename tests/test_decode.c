@@ -232,6 +232,14 @@ static const dc_case cases[] = {
     {  2, 1,   1,    700, 128, 128, 1, 0.0f, IL,  P,  P, 1, 1 },
     {  2, 2,   2,    601,  32,  32, 1, 0.0f,  P, IP,  P, 0, 1 },
     {  1, 1,   2,    300,  16,  16, 1, 0.0f,  P,  P, IL, 1, 1 },
+    /* four rows per key/value head with d = d_v = 4 and 8 vectors, past one tile:
+     * favor__dots4_pv, the four rows' keys and values read once for the four
+     * (four query heads on one, two heads of two rows, one head of four causal
+     * rows whose last tile goes row by row) */
+    {  4, 1,   1,    700,  64,  64, 0, 0.0f,  P, IL,  P, 0, 1 },
+    {  4, 2,   1,    300,  16,  16, 1, 0.0f, IL, IP,  P, 1, 1 },
+    {  2, 1,   2,    601, 128, 128, 1, 0.0f,  P, IL, IL, 0, 1 },
+    {  1, 1,   4,   1000,  32,  32, 1, 0.0f,  P, IP,  P, 1, 1 },
 };
 
 /* Run one case on N(0,1) inputs. Returns the number of failed checks. */

@@ -4,7 +4,8 @@
  * explicitly on the full score matrix.
  *
  * 1. Forward, prefill and decode paths (n <= 32 rows: the direct path with at
- *    most 2 rows per key/value head, and the shared-tile path), every variant
+ *    most 2 rows per key/value head, or 4 read at once, and the shared-tile
+ *    path), every variant
  *    alone and in the combinations models use (GPT-OSS: window + sinks; Gemma 2:
  *    softcap + window; with ALiBi), rows that see no key, windows with one side
  *    unbounded and a window of one key: max |O - O_ref| <= 2e-5 max|V|, lse
@@ -643,6 +644,9 @@ static const mcase mcases[] = {
       { 0, 3, 5 }, { 0, 600, 1000 } },
     { { 2, 1, 120, 160, 16, 16, 0, 40, 10, 0.0f, 0, 1, 1.0 }, 1, 2, FAVOR_F16, 0.1, 3,
       { 0, 40, 70, 120 }, { 0, 60, 100, 160 } },
+    /* decode, four rows per key/value head read at once (favor__dots4_pv at d =
+     * 64 on AVX2 and AVX-512), a mask per query head */
+    { { 8, 2,   1, 700, 64, 64, 1, NOWIN, 0.0f, 1, 1, 1.0 }, 1, 8, FAVOR_F32, 0.3, 0, {0}, {0} },
 };
 
 /* the mask of a case: values at M (doubles, [mask_heads][n][nk]) and its view */
