@@ -4708,8 +4708,8 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     float *Qs = ws, *S = ws + R * d, *P = x->part + (g * x->nblk + b) * R * rec, *Sp = NULL;
     float *Kb = S + 2 * R * BK + dv, *Vb = Kb + favor__io_floats(x->k, BK);
     float *Mr = Vb + favor__io_floats(x->v, BK); /* with a mask: R x BK */
-    size_t j0 = (x->b0 + b) * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk, ldv, lo, hi, beg,
-           end;
+    size_t j0 = (x->b0 + b) * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk = 0, ldv = 0, lo,
+           hi, beg, end;
     size_t esk = favor_dtype_size(x->k->dtype), esv = favor_dtype_size(x->v->dtype);
     /* few rows read K and V in their own types (a tile widened once would cost
      * as much as the bytes a 16-bit cache saves); more rows share a widened tile.
