@@ -4333,7 +4333,7 @@ static void gg_row(gg_run *R, const char *table, gg_bufs *b, size_t n, size_t n_
     }
     for (t = 0; t < 2; ++t) {
         char tg[32], tf[32];
-        ratio[t] = g[2 * t + 1].median / g[2 * t].median;
+        ratio[t] = var_paired(g[2 * t + 1].at, g[2 * t].at, rounds);
         fmt_time(tg, sizeof tg, g[2 * t + 1].median);
         fmt_time(tf, sizeof tf, g[2 * t].median);
         len += (size_t)snprintf(line + len, sizeof line - len, " | %11s %11s %6.2f", tg, tf,
@@ -4553,8 +4553,9 @@ static int run_ggml(const config *c, const char *cpu, int *checks)
            "n_threads; both OpenMP). ggml's graph is built and planned once per shape:\n"
            "only ggml_graph_compute is timed, and favor.h's workspace is allocated\n"
            "outside the timed calls. Each round times each of the four calls once (a\n"
-           "batch of calls of >= 20 ms), the order rotating. ratio = ggml time / favor.h\n"
-           "time, of the medians printed (> 1: favor.h is faster). Checked at the first\n"
+           "batch of calls of >= 20 ms), the order rotating. ratio = the median over the\n"
+           "rounds of ggml's time over favor.h's in the same round (> 1: favor.h is\n"
+           "faster; it can differ from the ratio of the medians). Checked at the first\n"
            "shape of each table (first thread count): max|err| of each output against a\n"
            "float64 softmax of the same values (Q fp32, K and V of the column's type);\n"
            "favor.h must be within %.0e max|V| (exit 1 otherwise); ggml's error is\n"
