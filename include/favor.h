@@ -2398,9 +2398,15 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
  * 64 and 128: 0.77-0.85x the time at 262144 keys, 0.78-0.98x at 16384 (in L3),
  * 0.87-0.88x on 16/8 heads, 0.81x on two threads; the AVX2 build, d = 32 and
  * 64: 0.72-0.81x and 0.83-0.95x; the same bits. 2 KiB and
- * 4 KiB ahead did alike. fp32 rows prefetch nothing: 0.93-1.01x there, and on
- * Zen 3 prefetching made them slower (favor__decode_block). On Cascade Lake,
- * fp16 rows prefetching 16 keys ahead (2 KiB at d = 64) took 0.97-1.00x. */
+ * 4 KiB ahead did alike. fp32 rows ask for the rows as many keys ahead (4 KiB
+ * at their size): one row, 8/8 heads, d = 64 and 128, 0.93-1.00x the time at
+ * 16384 and 65536 keys (K and V partly in that CPU's L3; one and two threads),
+ * 0.95-1.02x at 262144 and 0.98-0.99x at 1024 and 4096; the AVX2 build, d = 32
+ * and 64, 0.82-0.95x; the same bits (2 KiB ahead: 0.96-0.99x; the first tries,
+ * 0.93-1.01x, had left fp32 rows without). The next tile
+ * prefetched at once made rows slower on Zen 3 (favor__decode_block); this
+ * prefetch is unmeasured on AMD. On Cascade Lake, fp16 rows prefetching 16
+ * keys ahead (2 KiB at d = 64) took 0.97-1.00x. */
 #define FAVOR__PV_AHEAD 2048
 #define FAVOR__DEFINE_DOTS_PV(NAME, T, E, LOAD, NV)                                               \
     static int NAME(const float *q, size_t d, const E *K, size_t ldk, size_t nb, float *S,       \
@@ -2409,10 +2415,10 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
         const E *V = (const E *)pv->V;                                                           \
         favor__vf qv[NV], cv[NV];                                                                \
         size_t j = 0, u, c;                                                                      \
-        /* 16-bit rows: the key and value rows FAVOR__PV_AHEAD bytes on */                       \
-        const size_t bytes = NV * FAVOR__W * sizeof(E), pd = FAVOR__PV_AHEAD / bytes,            \
-                     kl = sizeof(E) == 2 && nb ? pv->rows : 0,                                   \
-                     vl = sizeof(E) == 2 && pv->n ? pv->rows : 0;                                \
+        /* the key and value rows pd keys on: FAVOR__PV_AHEAD bytes of 16-bit rows */            \
+        const size_t bytes = NV * FAVOR__W * sizeof(E),                                          \
+                     pd = FAVOR__PV_AHEAD / (NV * FAVOR__W * 2),                                 \
+                     kl = nb ? pv->rows : 0, vl = pv->n ? pv->rows : 0;                          \
         if (FAVOR__W < 4 || d != NV * FAVOR__W || pv->dv != d) return 0;                         \
         FAVOR__UNROLL for (c = 0; c < NV; ++c) {                                                 \
             qv[c] = favor__v_load(q + c * FAVOR__W);                                             \
@@ -4780,8 +4786,8 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
                                hardware's stream prefetchers did better alone
                                (Zen 3, fp32 and fp16 rows of d = 64 and 128:
                                1.0-1.29x the time of a plain read of the
-                               bytes, against 1.07-1.54x prefetching); 16-bit
-                               rows ask for the rows 2 KiB on instead
+                               bytes, against 1.07-1.54x prefetching); they
+                               ask for the rows a few keys on instead
                                (favor__dots_pv, pv.rows) */
         if (direct) {
             K = favor__at(x->k, g, j0);
