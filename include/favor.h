@@ -2403,10 +2403,10 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
  * 16384 and 65536 keys (K and V partly in that CPU's L3; one and two threads),
  * 0.95-1.02x at 262144 and 0.98-0.99x at 1024 and 4096; the AVX2 build, d = 32
  * and 64, 0.82-0.95x; the same bits (2 KiB ahead: 0.96-0.99x; the first tries,
- * 0.93-1.01x, had left fp32 rows without). The next tile
- * prefetched at once made rows slower on Zen 3 (favor__decode_block); this
- * prefetch is unmeasured on AMD. On Cascade Lake, fp16 rows prefetching 16
- * keys ahead (2 KiB at d = 64) took 0.97-1.00x. */
+ * 0.93-1.01x, had left fp32 rows without). The next tile prefetched at once
+ * made rows slower on Zen 3 (favor__decode_block); this prefetch is unmeasured
+ * on AMD. On Cascade Lake, fp16 rows prefetching 16 keys ahead (2 KiB at d =
+ * 64) took 0.97-1.00x. */
 #define FAVOR__PV_AHEAD 2048
 #define FAVOR__DEFINE_DOTS_PV(NAME, T, E, LOAD, NV)                                               \
     static int NAME(const float *q, size_t d, const E *K, size_t ldk, size_t nb, float *S,       \
@@ -4893,7 +4893,7 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
         favor__pvrow_make(&pv, P + 2, Sp, pka[0], pkb[0], pva[0], ldv, dv, tv);
         if (favor__dots4_pv_as(Qs, d, d, NULL, 0, 0, NULL, BK, &pv, rec)) Sp = NULL;
     }
-    for (i = 0; Sp && i < x->n; ++i) /* direct rows: the last tile's P V */
+    for (i = 0; Sp && i < x->n; ++i) /* otherwise row by row */
         for (r = i * x->grp; r < (i + 1) * x->grp; ++r) {
             favor__pvrow pv;
             favor__pvrow_make(&pv, P + r * rec + 2, Sp + r * BK, pka[r], pkb[r], pva[i], ldv, dv,
