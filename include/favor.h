@@ -1450,13 +1450,18 @@ static inline favor__vf favor__v_elu1(favor__vf x)
 }
 
 /* Array forms: y[i] = exp(x[i] + a), y[i] = elu1(x[i]), in place allowed. */
+/* y = exp(x + a). The last n % W elements take one vector of their own (the
+ * same algorithm as favor__s_exp, so the same bits): a recurrent step's few
+ * pending keys (at most FAVOR__PEND) took as many scalar exponentials. */
 static void favor__exp_add(float *y, const float *x, float a, size_t n)
 {
     size_t i, nv = n - n % FAVOR__W;
     favor__vf va = favor__v_set1(a);
     for (i = 0; i < nv; i += FAVOR__W)
         favor__v_store(y + i, favor__v_exp(favor__v_add(favor__v_load(x + i), va)));
-    for (i = nv; i < n; ++i) y[i] = favor__s_exp(x[i] + a);
+    if (nv < n)
+        favor__v_store_n(y + nv, favor__v_exp(favor__v_add(favor__v_load_n(x + nv, n - nv), va)),
+                         n - nv);
 }
 
 static void favor__elu1_array(float *y, const float *x, size_t n)
