@@ -1449,10 +1449,10 @@ static inline favor__vf favor__v_elu1(favor__vf x)
                                favor__v_expneg(favor__v_min(zero, x)));
 }
 
-/* Array forms: y[i] = exp(x[i] + a), y[i] = elu1(x[i]), in place allowed. */
-/* y = exp(x + a). The last n % W elements take one vector of their own (the
- * same algorithm as favor__s_exp, so the same bits): a recurrent step's few
- * pending keys (at most FAVOR__PEND) took as many scalar exponentials. */
+/* Array forms: y[i] = exp(x[i] + a), y[i] = elu1(x[i]), in place allowed.
+ * favor__exp_add's last n % W elements take one vector of their own (the same
+ * algorithm as favor__s_exp, so the same bits): a recurrent step's few pending
+ * keys (fewer than FAVOR__PEND) took as many scalar exponentials. */
 static void favor__exp_add(float *y, const float *x, float a, size_t n)
 {
     size_t i, nv = n - n % FAVOR__W;
