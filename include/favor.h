@@ -827,8 +827,10 @@ FAVOR_API void favor_state_reset(favor_state *st);
  * Errors as favor_linear_attention, plus FAVOR_E_NULL for a state without
  * storage, FAVOR_E_SHAPE when st was made for another map, head count or d_v or
  * q and k differ in rows, FAVOR_E_ALIAS when out or the workspace overlaps st's
- * storage. opts->flags may be 0 or FAVOR_CAUSAL (it is causal either way). On
- * error neither out nor st changes. */
+ * storage, FAVOR_E_ARG when st's count of pending tokens (c[heads]) is not a whole
+ * number below 16 (its storage overwritten, or the struct changed after
+ * favor_state_init). opts->flags may be 0 or FAVOR_CAUSAL (it is causal either
+ * way). On error neither out nor st changes. */
 FAVOR_API favor_status favor_linear_extend(const favor_features *f, favor_state *st,
                                            const favor_tensor *q, const favor_tensor *k,
                                            const favor_tensor *v, const favor_tensor *out,
@@ -6466,6 +6468,16 @@ static size_t favor__step_floats(size_t w, size_t d, size_t dv, size_t heads)
 
 static size_t favor__npend(const favor_state *st) { return (size_t)st->c[st->heads]; }
 
+/* 1 when the float that holds the count of pending tokens is one: a whole number in
+ * [0, FAVOR__PEND). A state whose storage was overwritten, or whose struct was
+ * changed after favor_state_init (another head count puts c[heads] on a head's
+ * log-scale), fails this rather than index past the pending block (fuzz finding 14) */
+static int favor__npend_ok(const favor_state *st)
+{
+    float p = st->c[st->heads];
+    return p >= 0.0f && p < (float)FAVOR__PEND && p == (float)(size_t)p;
+}
+
 /* chunk buffers over head g's pending block (kf: the features, mk: their
  * maxima), with the scratch buffers (a, g, qf, rq, rk, tile) of `scr` */
 static void favor__pend_chunk(const favor_state *st, size_t g, const favor__chunk *scr,
@@ -6657,6 +6669,10 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
     if (st->kernel != f->kernel || st->dim != f->dim ||
         st->width != favor__width(f->kernel, f->dim, f->count))
         return favor__no(&w, FAVOR_E_SHAPE, "st was made for other features than f");
+    if (!favor__npend_ok(st)) /* it indexes the pending block: never trusted unchecked */
+        return favor__no(&w, FAVOR_E_ARG, "st: its count of pending tokens is not a whole "
+                                          "number below 16 (its storage was overwritten, or "
+                                          "the struct changed after favor_state_init)");
     if ((s = favor__same(&w, "k", "rows", sh->nk, "q", sh->n)) != FAVOR_OK ||
         (s = favor__same(&w, "k", "batch x heads", sh->hkv, "st", st->heads)) != FAVOR_OK ||
         (s = favor__same(&w, "v", "cols", sh->dv, "st", st->dv)) != FAVOR_OK)
@@ -9255,6 +9271,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__nbatch FAVOR__N(favor__nbatch)
 #define favor__nheads FAVOR__N(favor__nheads)
 #define favor__npend FAVOR__N(favor__npend)
+#define favor__npend_ok FAVOR__N(favor__npend_ok)
 #define favor__nseq FAVOR__N(favor__nseq)
 #define favor__nthreads FAVOR__N(favor__nthreads)
 #define favor__online_max FAVOR__N(favor__online_max)
@@ -9748,6 +9765,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__nbatch
 #undef favor__nheads
 #undef favor__npend
+#undef favor__npend_ok
 #undef favor__nseq
 #undef favor__nthreads
 #undef favor__online_max

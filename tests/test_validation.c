@@ -584,6 +584,25 @@ static void check_bad_state(op_kind op)
     st2.s = NULL;
     snprintf(lbuf, sizeof lbuf, "%s: state s NULL", op_names[op]);
     EXPECT(lbuf, FAVOR_E_NULL, call_op(op, &F, &st2, &t[0], &t[1], &t[2], &t[3], NULL));
+    /* its count of pending tokens, c[heads], is not a whole number below 16: the
+     * storage overwritten, or a struct whose heads was lowered, which reads a
+     * head's log-scale there (-inf when the head is empty; fuzz finding 14). It
+     * indexes the pending block, so the call refuses it, writing nothing. */
+    {
+        static const float badp[] = { -INFINITY, INFINITY, -1.0f, 16.0f, 2.5f, 1e30f, -0.5f };
+        const float keep = St.c[St.heads];
+        size_t i;
+        for (i = 0; i < sizeof badp / sizeof badp[0]; ++i) {
+            St.c[St.heads] = badp[i];
+            snprintf(lbuf, sizeof lbuf, "%s: state's pending count %g", op_names[op],
+                     (double)badp[i]);
+            EXPECT(lbuf, FAVOR_E_ARG, call_op(op, &F, &St, &t[0], &t[1], &t[2], &t[3], NULL));
+        }
+        St.c[St.heads] = NAN;
+        snprintf(lbuf, sizeof lbuf, "%s: state's pending count NaN", op_names[op]);
+        EXPECT(lbuf, FAVOR_E_ARG, call_op(op, &F, &St, &t[0], &t[1], &t[2], &t[3], NULL));
+        St.c[St.heads] = keep;
+    }
     /* out overlapping the state */
     op_tensors(op, t);
     t[3].data = St.s;

@@ -1481,6 +1481,15 @@ static void dec_fcfg(fz_rd *r, fz_fcfg *c, size_t d)
     }
 }
 
+/* The state's count of pending tokens, c[heads], as favor_linear_extend and the
+ * steps check it: a whole number in [0, 16). A struct whose heads was lowered
+ * (state mutation 5) reads a head's log-scale there (FINDING-14). */
+static int pend_count_ok(const favor_state *st)
+{
+    float p = st->c[st->heads];
+    return p >= 0.0f && p < 16.0f && p == (float)(int)p;
+}
+
 /* favor_features_init into exact storage, then (maybe) a mutation of the struct.
  * Returns 0 when no features could be made (init rejected the configuration: the
  * calls are then made with f = NULL sometimes, else skipped). */
@@ -3754,6 +3763,10 @@ static void op_state(fz_rd *r, unsigned hflags)
         }
         verdict_views(&vd);
         if (!a.st || !g_st.s || !g_st.z || !g_st.c || !g_st.scratch) { vd.must_fail = 1; vd.why_fail = "state NULL"; }
+        else if (!pend_count_ok(&g_st)) { /* FINDING-14: the struct's heads moved c[heads] */
+            vd.must_fail = 1;
+            vd.why_fail = "the state's pending count is not a whole number below 16";
+        }
         verdict_features(&vd, a.f, a.q->t.cols);
         /* favor_linear_step_ex validates its options as favor_linear_extend does
          * (but takes no workspace) */

@@ -714,6 +714,16 @@ def repros():
     # D_i) bring the chunk's last token into every row
     r["finding13-gated-later-gates"] = (bytes([2 | GT, 4 | 8 * 2]) + shape(1, 1, 9, 9, 4, 4) + gfcfg("elu1", 4) +
                                         ocfg(True) + gt(("gates",), gates=0) + P * 5)
+    # FINDING-14 (fixed): a state struct whose heads was lowered after
+    # favor_state_init (state mutation 5) made favor_linear_extend read a head's
+    # log-scale, -inf, as the count of pending tokens, cast to size_t (UBSan; a
+    # large finite value would index past the pending block). As the 1500 s
+    # AVX-512 run of 2026-11-30 wrote it.
+    r["finding14-state-heads-lowered"] = bytes.fromhex(
+        "2501010000000000001c05000005030801000000000100f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f001"
+        "000000000000002d91fb01d100011c05000005030801000000000100f0f0f0f0f0f0f0f0f0f0f0f0f0f0"
+        "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0"
+        "f0f0e7c9d63cbcd66015151115010611150106")
     return r
 
 
