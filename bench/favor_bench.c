@@ -1694,6 +1694,54 @@ static result_row *results;
 static size_t nresults, capresults;
 static FILE *csv_out; /* --csv: written row by row, so a cut run keeps its rows */
 static const peer *csv_peers;
+/* --json: every CSV row is also kept, for the JSON's "csv_rows" (so the JSON holds
+ * what the CSV does, with or without --csv) */
+static int csv_keep;
+static char **csv_kept;
+static size_t ncsv_kept, capcsv_kept;
+static char csv_line[1024]; /* the row being written (csv_put) */
+static size_t csv_len;
+static const char csv_header[] =
+    "section,method,causal,d,n,heads,threads,impl,time_s,min_s,runs,gflops,peak_frac,ratio,"
+    "peak_gflops,n_k,kv_heads,gbytes_s,bw_frac,bw_gbytes_s";
+
+/* 1 when CSV rows are wanted (a --csv file, or kept for --json) */
+static int csv_on(void) { return csv_out || csv_keep; }
+
+/* Append to the CSV row being written; a row ends at its '\n': it is written to
+ * the file (flushed, so a cut run keeps it) and kept for the JSON. */
+static void csv_put(const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    char *nl;
+    if (!csv_on()) return;
+    va_start(ap, fmt);
+    n = vsnprintf(csv_line + csv_len, sizeof csv_line - csv_len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof csv_line - csv_len) die("a CSV row longer than 1 KB");
+    csv_len += (size_t)n;
+    if (!(nl = strchr(csv_line, '\n'))) return;
+    if (nl != csv_line + csv_len - 1) die("csv_put: text after a row's end");
+    if (csv_out) {
+        fputs(csv_line, csv_out);
+        fflush(csv_out);
+    }
+    if (csv_keep) {
+        char *row = (char *)xmalloc(csv_len);
+        memcpy(row, csv_line, csv_len - 1);
+        row[csv_len - 1] = '\0';
+        if (ncsv_kept == capcsv_kept) {
+            char **nr;
+            capcsv_kept = capcsv_kept ? 2 * capcsv_kept : 256;
+            nr = (char **)realloc(csv_kept, capcsv_kept * sizeof *csv_kept);
+            if (!nr) die("out of memory");
+            csv_kept = nr;
+        }
+        csv_kept[ncsv_kept++] = row;
+    }
+    csv_len = 0;
+}
 static decode_row decodes[16];
 static size_t ndecodes;
 static decode_sm_row *decode_sms;
@@ -1703,14 +1751,11 @@ static size_t ndecode_kv16s, capdecode_kv16s;
 static double read_bw, read_bw_median; /* GB/s, measured at the start of the decode section */
 static double decode_peak;             /* 1-thread FMA peak (GFLOP/s) measured beside it */
 
-static void csv_row(FILE *f, const result_row *r);
+static void csv_row(const result_row *r);
 
 static void add_result(const result_row *r)
 {
-    if (csv_out) {
-        csv_row(csv_out, r);
-        fflush(csv_out);
-    }
+    csv_row(r);
     if (nresults == capresults) {
         result_row *nr;
         capresults = capresults ? 2 * capresults : 256;
@@ -1727,14 +1772,14 @@ static const char *impl_id(int impl, favor_dtype dt, const peer *peers)
     return dt == FAVOR_F16 ? "favor_f16" : dt == FAVOR_BF16 ? "favor_bf16" : "favor";
 }
 
-static void csv_row(FILE *f, const result_row *r)
+static void csv_row(const result_row *r)
 {
-    fprintf(f, "attention,%s,%d,%zu,%zu,%zu,%d,%s,%.6e,%.6e,%d,%.4f,%.4f,", method_id[r->s.method],
+    csv_put("attention,%s,%d,%zu,%zu,%zu,%d,%s,%.6e,%.6e,%d,%.4f,%.4f,", method_id[r->s.method],
             r->s.causal, r->s.d, r->s.n, r->s.heads, r->s.threads,
             impl_id(r->impl, r->dtype, csv_peers), r->t.median, r->t.min, r->t.runs, r->gflops,
             r->peak_frac);
-    if (r->ratio > 0) fprintf(f, "%.4f", r->ratio);
-    fprintf(f, ",%.3f,,,,,\n", r->peak);
+    if (r->ratio > 0) csv_put("%.4f", r->ratio);
+    csv_put(",%.3f,,,,,\n", r->peak);
 }
 
 /* Opens the CSV and writes its header; the rows follow as they are measured. */
@@ -1746,57 +1791,49 @@ static void csv_open(const char *path, const peer *peers)
         fprintf(stderr, "favor_bench: cannot write %s: %s\n", path, strerror(errno));
         return;
     }
-    fprintf(csv_out, "section,method,causal,d,n,heads,threads,impl,time_s,min_s,runs,gflops,"
-                     "peak_frac,ratio,peak_gflops,n_k,kv_heads,gbytes_s,bw_frac,bw_gbytes_s\n");
+    fprintf(csv_out, "%s\n", csv_header);
     fflush(csv_out);
 }
 
 /* An exact softmax decode row (written as it is measured). */
 static void csv_decode_sm(const decode_sm_row *r)
 {
-    if (!csv_out) return;
-    fprintf(csv_out,
-            "decode_softmax,softmax,1,%zu,%zu,%zu,%d,favor,%.6e,%.6e,%d,,,,%.3f,%zu,%zu,%.4f,%.4f,"
+    csv_put("decode_softmax,softmax,1,%zu,%zu,%zu,%d,favor,%.6e,%.6e,%d,,,,%.3f,%zu,%zu,%.4f,%.4f,"
             "%.3f\n",
             r->d, r->n, r->heads, r->threads, r->time_s, r->min_s, r->runs, decode_peak, r->context,
             r->kv_heads, r->gbs, r->bw_frac, read_bw);
-    fflush(csv_out);
 }
 
 /* A row of the 16-bit KV cache decode table (fp32 rows: impl favor, no ratio;
  * 16-bit rows: favor_f16, favor_bf16, ratio = the fp32 time / this time). */
 static void csv_decode_kv16(const decode_sm_row *r)
 {
-    if (!csv_out) return;
-    fprintf(csv_out, "decode_softmax_kv16,softmax,1,%zu,%zu,%zu,%d,%s,%.6e,%.6e,%d,,,", r->d, r->n,
-            r->heads, r->threads, impl_id(I_FAVOR, r->dtype, NULL), r->time_s, r->min_s, r->runs);
-    if (r->speedup > 0) fprintf(csv_out, "%.4f", r->speedup);
-    fprintf(csv_out, ",%.3f,%zu,%zu,%.4f,%.4f,%.3f\n", decode_peak, r->context, r->kv_heads,
-            r->gbs, r->bw_frac, read_bw);
-    fflush(csv_out);
+    csv_put("decode_softmax_kv16,softmax,1,%zu,%zu,%zu,%d,%s,%.6e,%.6e,%d,,,", r->d, r->n, r->heads,
+            r->threads, impl_id(I_FAVOR, r->dtype, NULL), r->time_s, r->min_s, r->runs);
+    if (r->speedup > 0) csv_put("%.4f", r->speedup);
+    csv_put(",%.3f,%zu,%zu,%.4f,%.4f,%.3f\n", decode_peak, r->context, r->kv_heads, r->gbs,
+            r->bw_frac, read_bw);
 }
 
 /* The decoding summary rows (the recurrent step, and the exact decode row it is
  * paired with; n holds the context, as n_k does), and close. */
 static void csv_close(void)
 {
-    FILE *f = csv_out;
     size_t i;
-    if (!f) return;
     for (i = 0; i < ndecodes; ++i) {
         const decode_row *r = &decodes[i];
         if (r->step_s > 0)
-            fprintf(f, "decode,favor_linear_step,1,64,%zu,8,1,favor,%.6e,,%d,,,,,%zu,8,,,\n",
+            csv_put("decode,favor_linear_step,1,64,%zu,8,1,favor,%.6e,,%d,,,,,%zu,8,,,\n",
                     r->context, r->step_s, r->step_runs, r->context);
         if (r->softmax_s > 0) {
-            fprintf(f, "decode,softmax_kv_cache,1,64,%zu,8,1,favor,%.6e,,%d,,,", r->context,
+            csv_put("decode,softmax_kv_cache,1,64,%zu,8,1,favor,%.6e,,%d,,,", r->context,
                     r->softmax_s, r->softmax_runs);
-            if (r->step_s > 0) fprintf(f, "%.4f", r->softmax_s / r->step_s);
-            fprintf(f, ",,%zu,8,%.4f,%.4f,%.3f\n", r->context, r->softmax_gbs, r->softmax_bw_frac,
+            if (r->step_s > 0) csv_put("%.4f", r->softmax_s / r->step_s);
+            csv_put(",,%zu,8,%.4f,%.4f,%.3f\n", r->context, r->softmax_gbs, r->softmax_bw_frac,
                     read_bw);
         }
     }
-    fclose(f);
+    if (csv_out) fclose(csv_out);
     csv_out = NULL;
 }
 
@@ -1812,6 +1849,31 @@ static void json_string(FILE *f, const char *s)
             fputc(*s, f);
     }
     fputc('"', f);
+}
+
+/* A kept CSV row as the members of a JSON object: each non-empty field under its
+ * header's name, a number where the field is a finite decimal, else a string. */
+static void json_csv_row(FILE *f, const char *row)
+{
+    const char *key = csv_header, *val = row;
+    int first = 1;
+    while (*key) {
+        size_t kl = strcspn(key, ","), vl = strcspn(val, ",");
+        if (vl) {
+            char buf[128], *end;
+            double x;
+            if (vl >= sizeof buf) die("a CSV field longer than 127 bytes");
+            memcpy(buf, val, vl);
+            buf[vl] = '\0';
+            x = strtod(buf, &end);
+            fprintf(f, "%s\"%.*s\": ", first ? "" : ", ", (int)kl, key);
+            if (*end == '\0' && isfinite(x) && strchr("-0123456789", buf[0])) fputs(buf, f);
+            else json_string(f, buf);
+            first = 0;
+        }
+        key += kl + (key[kl] == ',');
+        val += vl + (val[vl] == ',');
+    }
 }
 
 /* ------------------------------------------------------------------------- */
@@ -2109,24 +2171,21 @@ static int run_backward(const config *c, peer *peers)
                     if (chk >= 0)
                         printf("    gradient %s: directional derivative error %.2g (<= 1e-3)\n",
                                chk <= 1e-3 ? "ok" : "MISMATCH", chk);
-                    if (csv_out) {
-                        fprintf(csv_out, "backward,%s,%d,%zu,%zu,%zu,1,favor_forward,%.6e,%.6e,%d,"
-                                         "%.4f,%.4f,,%.3f,,,,,\n",
-                                method_id[mi], ci, s.d, s.n, s.heads, tf.median, tf.min, tf.runs,
-                                job_flops(&s) / tf.median * 1e-9,
-                                job_flops(&s) / tf.median * 1e-9 / peak, peak);
-                        fprintf(csv_out, "backward,%s,%d,%zu,%zu,%zu,1,favor_backward,%.6e,%.6e,%d,"
-                                         "%.4f,%.4f,%.4f,%.3f,,,,,\n",
-                                method_id[mi], ci, s.d, s.n, s.heads, tb.median, tb.min, tb.runs,
-                                bflops / tb.median * 1e-9, bflops / tb.median * 1e-9 / peak,
-                                tb.median / tf.median, peak);
-                        if (out == OUT_OK)
-                            fprintf(csv_out, "backward,%s,%d,%zu,%zu,%zu,1,torch_forward_backward,"
-                                             "%.6e,%.6e,%d,,,%.4f,%.3f,,,,,\n",
-                                    method_id[mi], ci, s.d, s.n, s.heads, tt.median, tt.min,
-                                    tt.runs, tt.median / (tf.median + tb.median), peak);
-                        fflush(csv_out);
-                    }
+                    csv_put("backward,%s,%d,%zu,%zu,%zu,1,favor_forward,%.6e,%.6e,%d,%.4f,%.4f,,"
+                            "%.3f,,,,,\n",
+                            method_id[mi], ci, s.d, s.n, s.heads, tf.median, tf.min, tf.runs,
+                            job_flops(&s) / tf.median * 1e-9,
+                            job_flops(&s) / tf.median * 1e-9 / peak, peak);
+                    csv_put("backward,%s,%d,%zu,%zu,%zu,1,favor_backward,%.6e,%.6e,%d,%.4f,%.4f,"
+                            "%.4f,%.3f,,,,,\n",
+                            method_id[mi], ci, s.d, s.n, s.heads, tb.median, tb.min, tb.runs,
+                            bflops / tb.median * 1e-9, bflops / tb.median * 1e-9 / peak,
+                            tb.median / tf.median, peak);
+                    if (out == OUT_OK)
+                        csv_put("backward,%s,%d,%zu,%zu,%zu,1,torch_forward_backward,%.6e,%.6e,%d,"
+                                ",,%.4f,%.3f,,,,,\n",
+                                method_id[mi], ci, s.d, s.n, s.heads, tt.median, tt.min, tt.runs,
+                                tt.median / (tf.median + tb.median), peak);
                 }
                 fflush(stdout);
                 free(buf);
@@ -2730,11 +2789,8 @@ static int run_decode(const config *c, int *checks)
            "                  after a pass that writes the buffer and a warm-up sum\n",
            decode_peak, peak_what(), read_bw, bw_passes, bw_bytes >> 20, read_bw_median,
            bandwidth_what());
-    if (csv_out) {
-        fprintf(csv_out, "bandwidth,read_sum,,,,,1,bench,%.6e,,%d,,,,%.3f,,,%.4f,1.0000,%.3f\n",
-                (double)bw_bytes / (read_bw * 1e9), bw_passes, decode_peak, read_bw, read_bw);
-        fflush(csv_out);
-    }
+    csv_put("bandwidth,read_sum,,,,,1,bench,%.6e,,%d,,,,%.3f,,,%.4f,1.0000,%.3f\n",
+            (double)bw_bytes / (read_bw * 1e9), bw_passes, decode_peak, read_bw, read_bw);
     if (!nctx) {
         printf("  no context: --decode-max is below 1024\n");
         return 0;
@@ -3511,13 +3567,10 @@ static int decode_group_rows(const config *c, const size_t *ctxs, int nctx, floa
                             ratio[i] = var_paired(g[i].wall_at, g[0].wall_at, g[0].rounds);
                             ok &= ratio[i] <= bound[i];
                         }
-                        if (csv_out)
-                            fprintf(csv_out,
-                                    "decode_grouped,softmax,1,%zu,%zu,%zu,%d,%s,%.6e,%.6e,%d,,,%.4f,"
-                                    ",%zu,%zu,,,\n",
-                                    d, n_of[i], hq_of[i], c->threads[ti],
-                                    impl_id(I_FAVOR, dt, NULL), g[i].t.median, g[i].t.min,
-                                    g[i].t.runs, ratio[i], gctx[ci], hkv);
+                        csv_put("decode_grouped,softmax,1,%zu,%zu,%zu,%d,%s,%.6e,%.6e,%d,,,%.4f,"
+                                ",%zu,%zu,,,\n",
+                                d, n_of[i], hq_of[i], c->threads[ti], impl_id(I_FAVOR, dt, NULL),
+                                g[i].t.median, g[i].t.min, g[i].t.runs, ratio[i], gctx[ci], hkv);
                     }
                     printf(" | %11s | %11s %6.3f | %11s %6.3f | %s\n", tb[0], tb[1], ratio[1],
                            tb[2], ratio[2],
@@ -3541,7 +3594,6 @@ static int decode_group_rows(const config *c, const size_t *ctxs, int nctx, floa
                         }
                     }
                     var_group_free(g, 3);
-                    if (csv_out) fflush(csv_out);
                 }
         }
     }
@@ -4716,6 +4768,8 @@ int main(int argc, char **argv)
     printf("\n");
 
     if (c.csv) csv_open(c.csv, peers);
+    csv_peers = peers;
+    csv_keep = c.json != NULL;
 
     /* The table. */
     if (c.attention) {
@@ -4838,6 +4892,13 @@ int main(int argc, char **argv)
                 if (r->err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->err);
                 fprintf(f, "}");
             }
+            /* every row of the CSV (written or not), keyed by its header */
+            fprintf(f, "\n  ],\n  \"csv_rows\": [");
+            for (i = 0; i < ncsv_kept; ++i) {
+                fprintf(f, "%s\n    {", i ? "," : "");
+                json_csv_row(f, csv_kept[i]);
+                fprintf(f, "}");
+            }
             fprintf(f, "\n  ],\n  \"seconds\": %.1f\n}\n", now_s() - started);
             fclose(f);
         }
@@ -4847,6 +4908,8 @@ int main(int argc, char **argv)
            "(%.1f s)\n",
            failures ? "FAILED" : "done", checks, checks == 1 ? "" : "s", failures,
            failures == 1 ? "" : "s", now_s() - started);
+    while (ncsv_kept) free(csv_kept[--ncsv_kept]);
+    free(csv_kept);
     free(results);
     free(decode_sms);
     free(decode_kv16s);

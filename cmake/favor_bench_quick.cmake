@@ -1,0 +1,47 @@
+# The bench_quick test: favor_bench --quick (tiny sizes, every method against the
+# float64 reference; never a time) writing its CSV and JSON, then a check that
+# the JSON parses and holds one csv_rows object per CSV row, each with the
+# row's section, and its section tables beside them.
+#   cmake -DFAVOR_BENCH=path/to/favor_bench -DOUT=path/prefix [-DARGS="--decode-only ..."] \
+#         -P cmake/favor_bench_quick.cmake
+if(NOT FAVOR_BENCH OR NOT OUT)
+  message(FATAL_ERROR "favor_bench_quick: pass -DFAVOR_BENCH=<favor_bench> -DOUT=<prefix>")
+endif()
+separate_arguments(args UNIX_COMMAND "${ARGS}")
+file(REMOVE "${OUT}.csv" "${OUT}.json")
+execute_process(COMMAND ${FAVOR_BENCH} --quick ${args} --csv "${OUT}.csv" --json "${OUT}.json"
+                RESULT_VARIABLE status)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "favor_bench_quick: favor_bench --quick ${ARGS} failed: ${status}")
+endif()
+file(READ "${OUT}.json" json)
+string(JSON rows ERROR_VARIABLE err LENGTH "${json}" csv_rows)
+if(err)
+  message(FATAL_ERROR "favor_bench_quick: ${OUT}.json: ${err}")
+endif()
+file(STRINGS "${OUT}.csv" lines)
+list(LENGTH lines csv_lines)
+math(EXPR csv_rows "${csv_lines} - 1")
+if(NOT rows EQUAL csv_rows OR rows EQUAL 0)
+  message(FATAL_ERROR "favor_bench_quick: ${rows} csv_rows in the JSON, ${csv_rows} CSV rows")
+endif()
+# row by row: the CSV's first field is the JSON object's section
+math(EXPR last "${rows} - 1")
+foreach(i RANGE ${last})
+  math(EXPR line "${i} + 1")
+  list(GET lines ${line} text)
+  string(REGEX MATCH "^[^,]*" section "${text}")
+  string(JSON got ERROR_VARIABLE err GET "${json}" csv_rows ${i} section)
+  if(err)
+    message(FATAL_ERROR "favor_bench_quick: csv_rows[${i}]: ${err}")
+  elseif(NOT got STREQUAL section)
+    message(FATAL_ERROR "favor_bench_quick: csv_rows[${i}].section is '${got}', the CSV's '${section}'")
+  endif()
+endforeach()
+foreach(member results decode_softmax decode_softmax_kv16)
+  string(JSON type ERROR_VARIABLE err TYPE "${json}" ${member})
+  if(err OR NOT type STREQUAL "ARRAY")
+    message(FATAL_ERROR "favor_bench_quick: ${OUT}.json: no array ${member} (${err})")
+  endif()
+endforeach()
+message(STATUS "favor_bench_quick: ${rows} rows, the same in the CSV and the JSON")
