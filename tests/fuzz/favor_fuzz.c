@@ -3699,6 +3699,8 @@ static void op_state(fz_rd *r, unsigned hflags)
     nsteps = 1 + rd8(r) % 4;
     for (it = 0; it < nsteps; ++it) {
         unsigned kind = rd8(r), smut = rd8(r);
+        float pend_saved = 0.0f;
+        int pend_mut = 0;
         fz_ocfg oc;
         fz_ext_args a;
         fz_verdict vd = {0, 1, NULL, 0, 0, NULL};
@@ -3745,6 +3747,13 @@ static void op_state(fz_rd *r, unsigned hflags)
         case 7: a.st = NULL; break;
         case 8: a.f = NULL; break;
         case 9: g_st.c = NULL; break;
+        case 10: { /* the storage's pending count overwritten (FINDING-14; restored below) */
+            static const float bad_count[] = { -INFINITY, 16.0f, 2.5f, 1e30f, NAN, -1.0f };
+            pend_saved = g_st.c[g_st.heads];
+            g_st.c[g_st.heads] = bad_count[(smut >> 4) % 6];
+            pend_mut = 1;
+            break;
+        }
         default: break;
         }
         if (smut % 16) ctx("[state mutation %u] ", smut % 16);
@@ -3802,11 +3811,13 @@ static void op_state(fz_rd *r, unsigned hflags)
                              !a.step && (hflags & 1), (unsigned char *)&copy, &g_st, sizeof g_st);
             (void)copy;
         }
-        /* undo the struct mutations */
+        /* undo the struct mutations (and mutation 10's count, which the call refused) */
         {
             unsigned long long tok = g_st.tokens;
             g_st = saved;
             g_st.tokens = tok;
+            if (pend_mut) g_st.c[g_st.heads] = pend_saved;
+            pend_mut = 0;
         }
         if (s == FAVOR_OK) {
             if (g_st.tokens != tok0 + a.q->t.rows)
