@@ -333,7 +333,8 @@
  * and 52 KB per thread where it stages the mask's rows (prefill and backward),
  * and a decoding one R x 64 floats per thread; a backward with dsinks, 2 floats
  * per query head. With packed sequences the sizes are those of the largest
- * sequence's call. The queries read opts for these. Pass a buffer that large in
+ * sequence's call (the softmax backward's: of the whole call, which plans all
+ * the rows once). The queries read opts for these. Pass a buffer that large in
  * favor_options.workspace, or NULL to let the call allocate with FAVOR_MALLOC and
  * free before it returns. Nothing else is allocated and there is no global state
  * (under FAVOR_DISPATCH, one pointer: see RUNTIME DISPATCH): every function is
@@ -8776,12 +8777,23 @@ FAVOR__DEF size_t favor_linear_attention_backward_workspace(const favor_features
     size_t slice, stg, stage_at, slots_at, parts_at, stash_at;
     favor__bsplit bs;
     int split;
+    size_t seq, fl, most = 0;
+    favor__seqv sv;
     if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
-    return favor__ws_bytes(favor__linear_bwd_plan(f, q, k, v, q, q, k, v,
-                                                  opts && (opts->flags & FAVOR_CAUSAL),
-                                                  favor__any16(q, k, v), favor__nthreads(opts),
-                                                  &split, &bs, &slice, &stg, &stage_at,
-                                                  &slots_at, &parts_at, &stash_at));
+    /* the largest sequence's plan, as the call takes it (its views of q, k and v
+     * in place of dout and the gradients, and q's type rule: see WORKSPACE) */
+    for (seq = 0; seq < favor__nseq(opts); ++seq) {
+        favor__seqv_make(&sv, q, k, v, q, opts, seq);
+        if (!sv.q.rows || !sv.k.rows) continue;
+        if (!(fl = favor__linear_bwd_plan(f, &sv.q, &sv.k, &sv.v, &sv.q, &sv.q, &sv.k, &sv.v,
+                                          opts && (opts->flags & FAVOR_CAUSAL),
+                                          favor__any16(q, k, v), favor__nthreads(opts), &split,
+                                          &bs, &slice, &stg, &stage_at, &slots_at, &parts_at,
+                                          &stash_at)))
+            return 0;
+        if (fl > most) most = fl;
+    }
+    return favor__ws_bytes(most ? most : 1);
 }
 
 /* The plan of a linear backward on views q, k, v, dout and gradients (one

@@ -903,6 +903,26 @@ static void test_linear_seqs(void **state)
                                                              &p.DK, &p.DV, &o), FAVOR_OK);
             memcpy(o1, p.o, no * 4); memcpy(dq1, p.dq, nq * 4); memcpy(dk1, p.dk, nkk * 4);
             memcpy(dv1, p.dv, nv * 4);
+            { /* the queries: the largest sequence's call's (WORKSPACE), forward and
+               * backward (the backward's was the whole tensors' plan: fuzz finding 15) */
+                size_t most[2] = { 0, 0 }, one;
+                favor_options os = favor_default_options();
+                os.flags = o.flags;
+                for (s = 0; s < 4; ++s) {
+                    favor_tensor Q = p.Q, K = p.K, V = p.V;
+                    if (sq[s + 1] == sq[s]) continue;
+                    Q.data = p.q + sq[s] * d; K.data = p.k + sq[s] * d; V.data = p.v + sq[s] * dv;
+                    Q.rows = K.rows = V.rows = sq[s + 1] - sq[s];
+                    one = favor_linear_attention_workspace(&f, &Q, &K, &V, &os);
+                    if (one > most[0]) most[0] = one;
+                    one = favor_linear_attention_backward_workspace(&f, &Q, &K, &V, &os);
+                    if (one > most[1]) most[1] = one;
+                }
+                assert_true(most[0] > 0 && most[1] > 0);
+                assert_int_equal(favor_linear_attention_workspace(&f, &p.Q, &p.K, &p.V, &o), most[0]);
+                assert_int_equal(favor_linear_attention_backward_workspace(&f, &p.Q, &p.K, &p.V, &o),
+                                 most[1]);
+            }
             for (s = 0; s < 4; ++s) {
                 size_t a = sq[s], b = sq[s + 1], m = b - a, i;
                 favor_tensor Q = p.Q, K = p.K, V = p.V, O = p.O, G = p.G, DQ = p.DQ, DK = p.DK, DV = p.DV;
@@ -943,6 +963,26 @@ static void test_linear_seqs(void **state)
             free(w); free(o1); free(dq1); free(dk1); free(dv1);
             prob_free(&p);
         }
+    { /* fuzz finding 15's shape, where the causal backward's plan grows with the
+       * rows (d = d_v = 1): three sequences of 0, 20 and 13 query rows on 0, 0 and
+       * 2 keys; the backward query is that of the last one, not of all 33 rows */
+        static float Q[2 * 33], K[2 * 2], V[2 * 2];
+        static const size_t fq[4] = { 0, 0, 20, 33 }, fk[4] = { 0, 0, 0, 2 };
+        favor_features f;
+        favor_options o = favor_default_options(), os = favor_default_options();
+        favor_tensor q = favor_tensor_packed(Q, 2, 33, 1), k = favor_tensor_packed(K, 2, 2, 1);
+        favor_tensor v = favor_tensor_packed(V, 2, 2, 1), q3 = favor_tensor_packed(Q + 20, 2, 13, 1);
+        assert_int_equal(favor_features_init(&f, FAVOR_ELU1, 1, 0, 0, 0, NULL), FAVOR_OK);
+        o.flags = os.flags = FAVOR_CAUSAL;
+        o.seqs = 3;
+        o.seq_q = fq;
+        o.seq_k = fk;
+        q3.head_stride = 33;
+        assert_true(favor_linear_attention_backward_workspace(&f, &q3, &k, &v, &os) > 0);
+        assert_int_equal(favor_linear_attention_backward_workspace(&f, &q, &k, &v, &o),
+                         favor_linear_attention_backward_workspace(&f, &q3, &k, &v, &os));
+        printf("linear backward query over packed sequences: the largest sequence's call's\n");
+    }
 }
 
 /* 6: refused values, nothing written, the argument named */

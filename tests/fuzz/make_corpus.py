@@ -724,6 +724,20 @@ def repros():
         "000000000000002d91fb01d100011c05000005030801000000000100f0f0f0f0f0f0f0f0f0f0f0f0f0f0"
         "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0"
         "f0f0e7c9d63cbcd66015151115010611150106")
+    # FINDING-15 (fixed): the linear backward's workspace query planned all of
+    # q's rows, not the largest packed sequence (gated, causal, d = 1: the plan
+    # grows with the rows), so the call took a workspace below the query. And a
+    # harness fix from the same runs: sinks inside an output's gaps (a fused
+    # [rows][v|out|mask] buffer) may be accepted. As the 1800 s runs of
+    # 2026-11-30 wrote them (AVX-512, scalar).
+    r["finding15-linear-bwd-query-seqs"] = bytes.fromhex(
+        "630101bc010000000000001700000100000032000000400000060000000003000e090300be3d0040f8ff"
+        "bd00000000be00000000bebf00000000be0000000003be")
+    r["harness-sinks-in-out-gap"] = bytes.fromhex(
+        "203939393939393939393939393939393995959595959595959595959595959539393939393939393939"
+        "393939393939393939393939393939393939393939393939390460800001000000390460393939393939"
+        "393939393939393939393939393939393939393939393939393939393939393939393939393939390460"
+        "8000010000003904608000010080000100000000000000000000")
     return r
 
 
