@@ -8768,32 +8768,60 @@ static size_t favor__linear_bwd_plan(const favor_features *f, const favor_tensor
     return all <= SIZE_MAX / sizeof(float) ? all : 0;
 }
 
+/* The sequence views of a backward call: its q, k, v (sv) and dout, dq, dk, dv
+ * (gv: o, q, k, v) */
+static void favor__seqv_grads(favor__seqv *sv, favor__seqv *gv, const favor_tensor *q,
+                              const favor_tensor *k, const favor_tensor *v,
+                              const favor_tensor *dout, const favor_tensor *dq,
+                              const favor_tensor *dk, const favor_tensor *dv,
+                              const favor_options *opts, size_t s)
+{
+    favor__seqv_make(sv, q, k, v, dout, opts, s);
+    gv->q0 = sv->q0;
+    gv->k0 = sv->k0;
+    gv->q = favor__rows(dq, sv->q0, sv->q.rows);
+    gv->k = favor__rows(dk, sv->k0, sv->k.rows);
+    gv->v = favor__rows(dv, sv->k0, sv->k.rows);
+    gv->o = favor__rows(dout, sv->q0, sv->q.rows);
+}
+
+/* The floats of a linear backward over its packed sequences: the largest
+ * sequence's plan (each runs from an empty state on its rows), 1 when no sequence
+ * has both a row and a key, 0 when a plan is too big. The call passes its tensors
+ * (any16 0: their types decide); the query passes q, k and v in place of dout and
+ * the gradients, with q's 16-bit rule (see WORKSPACE). */
+static size_t favor__linear_bwd_floats_all(const favor_features *f, const favor_tensor *q,
+                                           const favor_tensor *k, const favor_tensor *v,
+                                           const favor_tensor *dout, const favor_tensor *dq,
+                                           const favor_tensor *dk, const favor_tensor *dv,
+                                           const favor_options *opts, int any16, size_t nt)
+{
+    size_t seq, fl, most = 1, slice, stg, at[4];
+    favor__bsplit bs;
+    int split, causal = opts && (opts->flags & FAVOR_CAUSAL);
+    for (seq = 0; seq < favor__nseq(opts); ++seq) {
+        favor__seqv sv, gv;
+        favor__seqv_grads(&sv, &gv, q, k, v, dout, dq, dk, dv, opts, seq);
+        if (!sv.q.rows || !sv.k.rows) continue;
+        if (!(fl = favor__linear_bwd_plan(f, &sv.q, &sv.k, &sv.v, &gv.o, &gv.q, &gv.k, &gv.v,
+                                          causal, any16, nt, &split, &bs, &slice, &stg, &at[0],
+                                          &at[1], &at[2], &at[3])))
+            return 0;
+        if (fl > most) most = fl;
+    }
+    return most;
+}
+
 FAVOR__DEF size_t favor_linear_attention_backward_workspace(const favor_features *f,
                                                            const favor_tensor *q,
                                                            const favor_tensor *k,
                                                            const favor_tensor *v,
                                                            const favor_options *opts)
 {
-    size_t slice, stg, stage_at, slots_at, parts_at, stash_at;
-    favor__bsplit bs;
-    int split;
-    size_t seq, fl, most = 0;
-    favor__seqv sv;
     if (!favor__query_ok(f, 1, q, k, v, opts)) return 0;
-    /* the largest sequence's plan, as the call takes it (its views of q, k and v
-     * in place of dout and the gradients, and q's type rule: see WORKSPACE) */
-    for (seq = 0; seq < favor__nseq(opts); ++seq) {
-        favor__seqv_make(&sv, q, k, v, q, opts, seq);
-        if (!sv.q.rows || !sv.k.rows) continue;
-        if (!(fl = favor__linear_bwd_plan(f, &sv.q, &sv.k, &sv.v, &sv.q, &sv.q, &sv.k, &sv.v,
-                                          opts && (opts->flags & FAVOR_CAUSAL),
-                                          favor__any16(q, k, v), favor__nthreads(opts), &split,
-                                          &bs, &slice, &stg, &stage_at, &slots_at, &parts_at,
-                                          &stash_at)))
-            return 0;
-        if (fl > most) most = fl;
-    }
-    return favor__ws_bytes(most ? most : 1);
+    return favor__ws_bytes(favor__linear_bwd_floats_all(f, q, k, v, q, q, k, v, opts,
+                                                        favor__any16(q, k, v),
+                                                        favor__nthreads(opts)));
 }
 
 /* The plan of a linear backward on views q, k, v, dout and gradients (one
@@ -8871,23 +8899,6 @@ static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
     }
 }
 
-/* The sequence views of a backward call: its q, k, v (sv) and dout, dq, dk, dv
- * (gv: o, q, k, v) */
-static void favor__seqv_grads(favor__seqv *sv, favor__seqv *gv, const favor_tensor *q,
-                              const favor_tensor *k, const favor_tensor *v,
-                              const favor_tensor *dout, const favor_tensor *dq,
-                              const favor_tensor *dk, const favor_tensor *dv,
-                              const favor_options *opts, size_t s)
-{
-    favor__seqv_make(sv, q, k, v, dout, opts, s);
-    gv->q0 = sv->q0;
-    gv->k0 = sv->k0;
-    gv->q = favor__rows(dq, sv->q0, sv->q.rows);
-    gv->k = favor__rows(dk, sv->k0, sv->k.rows);
-    gv->v = favor__rows(dv, sv->k0, sv->k.rows);
-    gv->o = favor__rows(dout, sv->q0, sv->q.rows);
-}
-
 FAVOR__DEF favor_status favor_linear_attention_backward(
     const favor_features *f, const favor_tensor *q, const favor_tensor *k, const favor_tensor *v,
     const favor_tensor *dout, const favor_tensor *dq, const favor_tensor *dk,
@@ -8898,9 +8909,8 @@ FAVOR__DEF favor_status favor_linear_attention_backward(
     favor_status st;
     float *ws;
     void *owned;
-    int causal, split;
-    size_t floats = 1, nt, slice = 0, at[5] = { 0, 0, 0, 0, 0 }, seq, fl, h;
-    favor__bsplit bs;
+    int causal;
+    size_t floats, nt, seq, h;
     favor__why w = favor__why_of(opts);
     if (!f) return favor__no(&w, FAVOR_E_NULL, "f is NULL");
     if ((st = favor__check_backward(q, k, v, NULL, dout, dq, dk, dv, 0, &sh, &w)) != FAVOR_OK)
@@ -8928,16 +8938,8 @@ FAVOR__DEF favor_status favor_linear_attention_backward(
     }
     causal = opts && (opts->flags & FAVOR_CAUSAL);
     nt = favor__nthreads(opts);
-    for (seq = 0; seq < favor__nseq(opts); ++seq) { /* the largest sequence's plan */
-        favor__seqv sv, gv;
-        favor__seqv_grads(&sv, &gv, q, k, v, dout, dq, dk, dv, opts, seq);
-        if (!sv.q.rows || !sv.k.rows) continue;
-        if (!(fl = favor__linear_bwd_call(f, &sv.q, &sv.k, &sv.v, &gv.o, &gv.q, &gv.k, &gv.v,
-                                          causal, nt, &split, &bs,
-                                          &slice, at)))
-            return favor__too_big(opts);
-        if (fl > floats) floats = fl;
-    }
+    if (!(floats = favor__linear_bwd_floats_all(f, q, k, v, dout, dq, dk, dv, opts, 0, nt)))
+        return favor__too_big(opts);
     if ((st = favor__ws_get(opts, floats, &sh, &ws, &owned)) != FAVOR_OK) return st;
     favor__map_make(&mp, f, favor__linear_scale(f, opts));
     favor__map_opts(&mp, opts, k->heads);
@@ -9243,6 +9245,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__linear_bwd_call_floats FAVOR__N(favor__linear_bwd_call_floats)
 #define favor__linear_bwd_causal FAVOR__N(favor__linear_bwd_causal)
 #define favor__linear_bwd_floats FAVOR__N(favor__linear_bwd_floats)
+#define favor__linear_bwd_floats_all FAVOR__N(favor__linear_bwd_floats_all)
 #define favor__linear_bwd_full FAVOR__N(favor__linear_bwd_full)
 #define favor__linear_bwd_plan FAVOR__N(favor__linear_bwd_plan)
 #define favor__linear_bwd_run FAVOR__N(favor__linear_bwd_run)
@@ -9737,6 +9740,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__linear_bwd_call_floats
 #undef favor__linear_bwd_causal
 #undef favor__linear_bwd_floats
+#undef favor__linear_bwd_floats_all
 #undef favor__linear_bwd_full
 #undef favor__linear_bwd_plan
 #undef favor__linear_bwd_run
