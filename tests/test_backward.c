@@ -57,7 +57,9 @@
  * threads: opts.threads = 1, 2, 3, 4 and 16 give bit-identical dq, dk, dv (with
  *     OpenMP; trivially without), on grouped shapes and on one key/value head
  *     with n_k > 512 (split inside the head; softmax also with n_k = 16500, past
- *     32 parts of 512 keys); 2 and more with a caller workspace
+ *     32 parts of 512 keys; elu+1 with the last tenth of the query rows moved
+ *     by -30, which puts a later segment's partial sums at a lower scale than an
+ *     earlier one's); 2 and more with a caller workspace
  *     of the size queried for that thread count (nothing written past it).
  * large scores: softmax with inputs up to 1e4 and scale 1e4, n = 1 to 70 (the
  *     forward's decode path and its prefill), lse given or not: finite
@@ -1201,7 +1203,14 @@ static void test_backward_threads(void **state)
         /* softmax only (cheap under valgrind; the shapes above cover the linear
            splits): n_k over 32 parts of 512 keys, so parts of 576 keys, 29 of them */
         { 2, 1, 24, 16500, 1, 1 },
+        /* elu+1 only, its last 60 query rows moved by FALL = -30: their
+           log-denominators fall far below the earlier rows', so the causal split's
+           suffix sums bring an earlier segment's partials down to a later one's
+           scale (favor__bwd_sums_merge's x < 0; no other shape reaches it) */
+        { 2, 1, 600, 600, 8, 4 },
     };
+    const size_t FALL_ROW = sizeof cfg / sizeof cfg[0] - 1; /* the last */
+    const float FALL = -30.0f;
     static const int counts[] = { 1, 2, 3, 4, 16 };
 #define NCOUNTS (sizeof counts / sizeof counts[0])
     size_t ci;
@@ -1222,12 +1231,18 @@ static void test_backward_threads(void **state)
                 size_t wsb = 0;
                 int th, nc = (int)TU_COUNTS(NCOUNTS, 2); /* 2: a caller workspace too */
                 favor_tensor Q, K, V, O, dO;
+                if (ci == FALL_ROW && method != (int)FAVOR_ELU1) continue;
                 if (meth_init(&mt, method, d, 32, 8)) {
                     ++fails;
                     continue;
                 }
                 rng.s = 99 + ci * 10 + (unsigned)variant;
                 q = tu_normal_floats(&rng, nq, sigma);
+                if (ci == FALL_ROW) { /* the last tenth of each head's rows */
+                    size_t e;
+                    for (e = 0; e < nq; ++e)
+                        if ((e / d) % n >= n - n / 10) q[e] += FALL;
+                }
                 k = tu_normal_floats(&rng, nkk, sigma);
                 v = tu_normal_floats(&rng, nv, 1.0);
                 dout = tu_normal_floats(&rng, no, 1.0);

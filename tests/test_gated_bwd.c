@@ -74,7 +74,10 @@
  *     on hq 4, hkv 2, n = n_k = 200 (real gates) and batch 2, hq 2, hkv 1, n 300,
  *     n_k 1100 (split into segments; "mild" gates x ~ N(7, 1.5^2), gamma 0.999,
  *     so the state carries across segments), ELU1 and POSITIVE, both forms,
- *     gates and decay. (Without OpenMP, the scalar variant: one call.)
+ *     gates and decay; and ELU1 with the last tenth of the query rows moved by
+ *     -30 (a later segment's partial sums at a lower scale than an earlier
+ *     one's: the other branch of the split's merge). (Without OpenMP, the
+ *     scalar variant: one call.)
  * (3) no future leakage (ELU1 and POSITIVE, both forms, gates and decay; hq 4,
  *     hkv 2, n = n_k = 200, interleaved, t = 5, 64, 130, and hq 2, hkv 1, n 300,
  *     n_k 1100, t = 850, 1050): changing k, v and the gates at every position
@@ -840,13 +843,17 @@ static void test_threads(void **state)
 {
     static const gshape sh[2] = { { 1, 4, 2, 200, 200, 8, 5, 16, 1, GS_REAL, 0, 0 },
                                   { 2, 2, 1, 300, 1100, 8, 5, 16, 1, GS_MILD, 0, 0 } };
-    static const favor_kernel ks[2] = { FAVOR_ELU1, FAVOR_POSITIVE };
+    /* the third: elu+1 with the last tenth of the query rows moved by -30, whose
+       log-denominators fall far below the earlier rows': the causal split's suffix
+       sums then bring an earlier segment's partials down to a later one's scale
+       (favor__bwd_sums_merge_gated's x < 0; no other shape here reaches it) */
+    static const favor_kernel ks[3] = { FAVOR_ELU1, FAVOR_POSITIVE, FAVOR_ELU1 };
     size_t si, k;
     int nn, fails = 0;
     double t0 = now();
     (void)state;
     for (si = 0; si < 2; ++si)
-        for (k = 0; k < 2; ++k)
+        for (k = 0; k < 3; ++k)
             for (nn = 0; nn < 2; ++nn) {
                 prob p;
                 gbuf q2, k2, v2, g2;
@@ -855,6 +862,14 @@ static void test_threads(void **state)
                 if (prob_make(&p, &sh[si], ks[k], nn, G_BOTH, 600 + si * 4 + k)) {
                     ++fails;
                     continue;
+                }
+                if (k == 2) {
+                    size_t b, h, i, c, n = sh[si].n;
+                    for (b = 0; b < sh[si].B; ++b)
+                        for (h = 0; h < sh[si].hq; ++h)
+                            for (i = n - n / 10; i < n; ++i)
+                                for (c = 0; c < sh[si].d; ++c)
+                                    gb_set(&p.Q.t, b, h, i, c, gb_get(&p.Q.t, b, h, i, c) - 30.0);
                 }
                 new_grads(&p, &q2, &k2, &v2, &g2);
                 s1 = bwd(&p, &p.dQ, &p.dK, &p.dV, &p.dG, 1);
@@ -870,9 +885,10 @@ static void test_threads(void **state)
                     print_error("  a gradient is not finite or not written\n");
                     ++fails;
                 }
-                print_message("threads B%u hq%u hkv%u n%u nk%u %-8s %-7s: %s %s, %s\n",
+                print_message("threads B%u hq%u hkv%u n%u nk%u %-8s%s %-7s: %s %s, %s\n",
                               (unsigned)sh[si].B, (unsigned)sh[si].hq, (unsigned)sh[si].hkv,
                               (unsigned)sh[si].n, (unsigned)sh[si].nk, tu_kernel_name(ks[k]),
+                              k == 2 ? " falling" : "",
                               nn ? "no_norm" : "norm", favor_status_string(s1),
                               favor_status_string(s2), same ? "bit-identical" : "DIFFER");
                 if (s1 != FAVOR_OK || s2 != FAVOR_OK || !same) ++fails;
