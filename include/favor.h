@@ -3552,18 +3552,23 @@ static favor_status favor__check_mods(const favor_options *o, const favor_tensor
     if (!(o->softcap >= 0.0f) || !(o->softcap <= FLT_MAX) ||
         (o->softcap != 0.0f && o->softcap < FLT_MIN))
         return favor__no(&w, FAVOR_E_ARG, "opts.softcap is NaN, negative, subnormal or infinite");
+    for (h = 0; h < 2; ++h) { /* where the slopes and sinks end, before they are read */
+        const float *a = h ? o->sinks : o->alibi;
+        if (a && (!favor__mul_ok(heads, sizeof(float), &bytes) ||
+                  (uintptr_t)a > UINTPTR_MAX - bytes))
+            return favor__no(&w, FAVOR_E_OVERFLOW, "%s: %z floats pass the end of the address "
+                                                   "space", h ? "opts.sinks" : "opts.alibi", heads);
+    }
     for (h = 0; o->alibi && h < heads; ++h)
         if (!(o->alibi[h] >= -FLT_MAX && o->alibi[h] <= FLT_MAX))
             return favor__no(&w, FAVOR_E_ARG, "opts.alibi[%z] is not finite", h);
     for (h = 0; o->sinks && h < heads; ++h)
         if (!(o->sinks[h] <= FLT_MAX) && o->sinks[h] != -INFINITY)
             return favor__no(&w, FAVOR_E_ARG, "opts.sinks[%z] is NaN or +inf", h);
+    bytes = heads * sizeof(float); /* fits: checked above */
     for (h = 0; h < 2; ++h) { /* the slopes and sinks: inputs no output may overlap */
         const float *a = h ? o->sinks : o->alibi;
         if (!a) continue;
-        if (!favor__mul_ok(heads, sizeof(float), &bytes) || (uintptr_t)a > UINTPTR_MAX - bytes)
-            return favor__no(&w, FAVOR_E_OVERFLOW, "%s: %z floats pass the end of the address "
-                                                   "space", h ? "opts.sinks" : "opts.alibi", heads);
         r = favor__range_of(a, bytes);
         if (favor__overlap(r, sh->o) || (sh->ngrad && (favor__overlap(r, sh->grad[0]) ||
                                                        favor__overlap(r, sh->grad[1]) ||
@@ -5867,14 +5872,14 @@ static favor_status favor__check_gates(const favor_options *o, const favor_featu
     if (!causal)
         return favor__no(w, FAVOR_E_ARG, "%s needs FAVOR_CAUSAL (it decays a causal state)",
                          o->decay ? "opts.decay" : "opts.gates");
-    if (o->decay) {
-        for (h = 0; h < k->heads; ++h)
-            if (!(o->decay[h] > 0.0f && o->decay[h] <= 1.0f))
-                return favor__no(w, FAVOR_E_ARG, "opts.decay[%z] is not in (0, 1]", h);
+    if (o->decay) { /* where it ends, before it is read */
         if (!favor__mul_ok(k->heads, sizeof(float), &bytes) ||
             (uintptr_t)o->decay > UINTPTR_MAX - bytes)
             return favor__no(w, FAVOR_E_OVERFLOW, "opts.decay: %z floats pass the end of the "
                                                   "address space", k->heads);
+        for (h = 0; h < k->heads; ++h)
+            if (!(o->decay[h] > 0.0f && o->decay[h] <= 1.0f))
+                return favor__no(w, FAVOR_E_ARG, "opts.decay[%z] is not in (0, 1]", h);
         if ((st = favor__input_range(sh, favor__range_of(o->decay, bytes), "opts.decay", w)) !=
             FAVOR_OK)
             return st;

@@ -1101,6 +1101,70 @@ static void test_workspace_queries(void **state)
 /* Status strings                                                            */
 /* ------------------------------------------------------------------------ */
 
+/* Option arrays whose floats would pass the end of the address space: each call
+ * refuses them with FAVOR_E_OVERFLOW and writes nothing. The pointer is the last
+ * float of the address space, so even one float passes the end; it is never
+ * read: each of these checks comes before any access (the slopes, sinks and
+ * decay are checked there before their values are read). */
+static void test_address_end(void **state)
+{
+    float *top = (float *)(void *)(uintptr_t)(UINTPTR_MAX - 3);
+    float *spare = arena + OFF_SPARE, *sinks = spare + 256, *lse_a = spare + 512;
+    float *lse_b = spare + 768;
+    favor_options o = favor_default_options();
+    favor_tensor dq = favor_tensor_packed(spare + 1024, HQ, N, D);
+    favor_tensor dk = favor_tensor_packed(spare + 1536, HKV, NK, D);
+    favor_tensor dv = favor_tensor_packed(spare + 2048, HKV, NK, DV);
+    favor_tensor ob = favor_tensor_packed(spare + 2304, HQ, N, DV);
+    favor_tensor om = favor_tensor_packed(spare + 2560, HQ, N, DV);
+    size_t h;
+    (void)state;
+    for (h = 0; h < HQ; ++h) sinks[h] = 0.5f;
+    for (h = 0; h < HQ * N; ++h) lse_a[h] = lse_b[h] = 1.0f;
+    o.alibi = top;
+    EXPECT("softmax: opts.alibi at the end", FAVOR_E_OVERFLOW,
+           favor_softmax_attention(&Tq, &Tk, &Tv, &To, &o));
+    o.alibi = NULL;
+    o.sinks = top;
+    EXPECT("softmax: opts.sinks at the end", FAVOR_E_OVERFLOW,
+           favor_softmax_attention(&Tq, &Tk, &Tv, &To, &o));
+    EXPECT("softmax backward: opts.sinks at the end", FAVOR_E_OVERFLOW,
+           favor_softmax_attention_backward(&Tq, &Tk, &Tv, &To, &To, &dq, &dk, &dv, &o));
+    o.sinks = sinks;
+    o.dsinks = top;
+    EXPECT("softmax backward: opts.dsinks at the end", FAVOR_E_OVERFLOW,
+           favor_softmax_attention_backward(&Tq, &Tk, &Tv, &To, &To, &dq, &dk, &dv, &o));
+    o.sinks = o.dsinks = NULL;
+    o.lse = top;
+    EXPECT("softmax: opts.lse at the end", FAVOR_E_OVERFLOW,
+           favor_softmax_attention(&Tq, &Tk, &Tv, &To, &o));
+    EXPECT("softmax backward: opts.lse at the end", FAVOR_E_OVERFLOW,
+           favor_softmax_attention_backward(&Tq, &Tk, &Tv, &To, &To, &dq, &dk, &dv, &o));
+    o.lse = NULL;
+    o.workspace = top;
+    o.workspace_size = SIZE_MAX;
+    EXPECT("softmax: opts.workspace at the end", FAVOR_E_OVERFLOW,
+           favor_softmax_attention(&Tq, &Tk, &Tv, &To, &o));
+    EXPECT("linear: opts.workspace at the end", FAVOR_E_OVERFLOW,
+           favor_linear_attention(&F, &Tq, &Tk, &Tv, &To, &o));
+    o.workspace = NULL;
+    o.workspace_size = 0;
+    o.flags = FAVOR_CAUSAL;
+    o.decay = top;
+    EXPECT("linear: opts.decay at the end", FAVOR_E_OVERFLOW,
+           favor_linear_attention(&F, &Tq, &Tk, &Tv, &To, &o));
+    EXPECT("extend: opts.decay at the end", FAVOR_E_OVERFLOW,
+           favor_linear_extend(&F, &St, &Tq, &Tke, &Tve, &To, &o));
+    EXPECT("linear backward: opts.decay at the end", FAVOR_E_OVERFLOW,
+           favor_linear_attention_backward(&F, &Tq, &Tk, &Tv, &To, &dq, &dk, &dv, &o));
+    EXPECT("merge: lse_a at the end", FAVOR_E_OVERFLOW,
+           favor_attention_merge(&To, top, &ob, lse_b, &om, NULL, NULL));
+    EXPECT("merge: lse_b at the end", FAVOR_E_OVERFLOW,
+           favor_attention_merge(&To, lse_a, &ob, top, &om, NULL, NULL));
+    EXPECT("merge: lse at the end", FAVOR_E_OVERFLOW,
+           favor_attention_merge(&To, lse_a, &ob, lse_b, &om, top, NULL));
+}
+
 static void test_status_string(void **state)
 {
     const char *s[8];
@@ -1246,6 +1310,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_extend, world_setup, world_teardown),
         cmocka_unit_test_setup_teardown(test_step, world_setup, world_teardown),
         cmocka_unit_test_setup_teardown(test_huge_rows, world_setup, world_teardown),
+        cmocka_unit_test_setup_teardown(test_address_end, world_setup, world_teardown),
         cmocka_unit_test_setup_teardown(test_workspace_overlaps_tensors, world_setup,
                                         world_teardown),
         cmocka_unit_test_setup_teardown(test_linear_out_on_w, world_setup, world_teardown),
