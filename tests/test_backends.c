@@ -29,7 +29,9 @@
  * measures rounding, not the conditioning of a near-zero denominator.
  *
  * When the build's backend is itself "scalar" the two copies are the same code
- * with the same flags, and every output must be identical bit-for-bit. */
+ * with the same flags, and every output must be identical bit-for-bit.
+ * Without FAVOR_DISPATCH, favor_set_backend accepts NULL and the build's own
+ * backend name and refuses any other (FAVOR_E_ARG, the backend unchanged). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -130,6 +132,19 @@ static void test_backend_names(void **state)
     assert_string_equal(scalar_backend(), "scalar");
 #ifdef FAVOR_EXPECT_BACKEND
     assert_string_equal(favor_backend(), FAVOR_EXPECT_BACKEND);
+#endif
+#ifndef FAVOR_DISPATCH
+    { /* one backend: its name and NULL are accepted, any other name refused
+         (tests/dispatch/bits.c checks the dispatching favor_set_backend) */
+        const char *name = favor_backend(),
+                   *other = strcmp(name, "scalar") != 0 ? "scalar" : "avx2";
+        assert_int_equal(favor_set_backend(NULL), FAVOR_OK);
+        assert_int_equal(favor_set_backend(name), FAVOR_OK);
+        assert_int_equal(favor_set_backend(other), FAVOR_E_ARG);
+        assert_int_equal(favor_set_backend(""), FAVOR_E_ARG);
+        assert_int_equal(favor_set_backend("bogus"), FAVOR_E_ARG);
+        assert_string_equal(favor_backend(), name);
+    }
 #endif
 }
 
