@@ -1,6 +1,7 @@
 /* FAVOR_NO_MALLOC: allocation is compiled out. A call without workspace that
  * needs one returns FAVOR_E_WORKSPACE and writes nothing; with a workspace of the
- * queried size it succeeds. The C allocator is redefined around the
+ * queried size it succeeds. So does favor_feature_map, which takes no workspace,
+ * on a 16-bit row too wide for its stack buffer. The C allocator is redefined around the
  * implementation to a counting stub, so any malloc/calloc/realloc/free the
  * library expands shows up as a failure (the hooks must really be compiled out,
  * not merely unused).
@@ -197,11 +198,44 @@ static void test_rest_works(void **state)
     free(phi);
 }
 
+/* favor_feature_map passes 16-bit rows through a stack buffer of 2048 floats;
+ * a row above it would need an allocation: FAVOR_E_WORKSPACE, phi untouched. */
+static void test_feature_map_wide(void **state)
+{
+    enum { WIDE = 2100 };
+    favor_features f;
+    uint16_t *x = (uint16_t *)malloc(WIDE * sizeof *x);
+    float *phi = (float *)malloc(WIDE * sizeof *phi);
+    favor_tensor X = favor_tensor_batched(FAVOR_F16, x, 1, 1, 1, WIDE);
+    favor_tensor P = favor_tensor_packed(phi, 1, 1, WIDE);
+    size_t i;
+    (void)state;
+    for (i = 0; i < WIDE; ++i) {
+        x[i] = 0x3c00; /* 1.0 */
+        phi[i] = -7.0f;
+    }
+    assert_int_equal(favor_features_init(&f, FAVOR_ELU1, WIDE, 0, 0, 3, NULL), FAVOR_OK);
+    direct_calls = 0;
+    assert_int_equal(favor_feature_map(&f, &X, &P, FAVOR_QUERY), FAVOR_E_WORKSPACE);
+    for (i = 0; i < WIDE; ++i) assert_true(phi[i] == -7.0f);
+    assert_int_equal(direct_calls, 0);
+    /* a row within the stack buffer is mapped */
+    X = favor_tensor_batched(FAVOR_F16, x, 1, 1, 1, 2000);
+    P = favor_tensor_packed(phi, 1, 1, 2000);
+    assert_int_equal(favor_features_init(&f, FAVOR_ELU1, 2000, 0, 0, 3, NULL), FAVOR_OK);
+    assert_int_equal(favor_feature_map(&f, &X, &P, FAVOR_QUERY), FAVOR_OK);
+    for (i = 0; i < 2000; ++i) assert_true(phi[i] == 2.0f); /* elu(1) + 1 */
+    assert_int_equal(direct_calls, 0);
+    free(x);
+    free(phi);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_workspace_required, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rest_works, setup, teardown),
+        cmocka_unit_test(test_feature_map_wide),
     };
     if (tu_check_backend() != 0) return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);
