@@ -16,7 +16,9 @@
  *     d 4, d_v 3, m 8), softmax and every kernel, causal and not:
  *     relative error <= 1e-3 per gradient (worst seen ~1e-6).
  * accuracy: larger shapes (n in {1, 63, 64, 65, 130, 200}, n_k above and below
- *     n, d in {16, 64}, d_v != d, 1, 2 and 4 heads, grouped 2:1, 4:2 and 4:1,
+ *     n, d in {8, 16, 64}, d_v != d, 1, 2 and 4 heads, and 8 key/value heads (8
+ *     and 16 query heads: whole heads, the non-causal one-head kernel), grouped
+ *     2:1, 4:2 and 4:1,
  *     non-default scales, packed / interleaved / padded views, caller workspace
  *     of the queried size and none) against the float64 references: relative
  *     error <= 1e-4 per gradient (worst seen ~2e-6), for softmax (with opts.lse
@@ -621,6 +623,11 @@ static const bw_case acc_cases[] = {
     { 4, 2,   65, 200, 16,  8, 48, 0, 0.3f,  TV_PACKED,      TV_INTERPAD,    TV_INTERLEAVED, TV_PACKED,      1 },
     { 2, 2,  130, 200, 16, 16, 64, 1, 0.0f,  TV_INTERPAD,    TV_PACKED,      TV_PADDED,      TV_INTERPAD,    0 },
     { 4, 2,  200, 130, 16, 12, 40, 1, 0.2f,  TV_PADDED,      TV_INTERLEAVED, TV_PACKED,      TV_PADDED,      0 },
+    /* 8 key/value heads and more: whole heads, not split inside (the only shapes
+     * whose non-causal linear backward runs the one-head kernel) */
+    { 8, 8,   40,  57, 16,  8, 32, 0, 0.0f,  TV_PADDED,      TV_INTERLEAVED, TV_PACKED,      TV_PADDED,      1 },
+    {16, 8,   57,  40, 16, 12, 32, 0, 0.1f,  TV_INTERLEAVED, TV_PACKED,      TV_PADDED,      TV_INTERLEAVED, 0 },
+    {16, 8,   57,  40,  8,  8, 32, 1, 0.0f,  TV_PACKED,      TV_PADDED,      TV_INTERPAD,    TV_PACKED,      1 },
     /* one key/value head split inside (non-causal linear: 3 key segments, 2 row parts) */
     { 2, 1,  150, 1100, 16,  8, 32, 0, 0.0f,  TV_INTERLEAVED, TV_PADDED,      TV_PACKED,      TV_PACKED,      1 },
     /* causal linear split inside the head (the chunk-parallel scan both ways): 2

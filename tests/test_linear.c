@@ -7,8 +7,9 @@
  *
  * Accuracy on N(0,1) inputs, for every kernel over a list of representative
  * shapes that together cover d in {1, 3, 16, 64, 128}, d_v != d, n in
- * {1, 2, 17, 257, 1000, 1300}, n_k > n and n_k < n (causal and not), 1 and 4 heads,
- * one key/value head cut into 2 and 3 segments,
+ * {1, 2, 17, 257, 1000, 1300}, n_k > n and n_k < n (causal and not), 1, 4, 8 and
+ * 16 heads, one key/value head cut into 2 and 3 segments, 8 key/value heads whole
+ * (from 8 on, a head is not split: the non-causal one-head kernel),
  * grouped-query 4:2 (and 2:1, 4:1), packed, interleaved and padded views, default
  * and non-default scales, m below, equal to, above and not a multiple of d,
  * caller workspace and library allocation:
@@ -95,6 +96,11 @@ static const lin_case cases[] = {
     { 2, 1,    2, 1000,  16,  16,  64, 0, 0.3f,  TV_INTERPAD,    TV_INTERPAD,    TV_INTERPAD,    1 },
     { 2, 1,    2, 1000,  16,  16,  64, 1, 0.3f,  TV_PACKED,      TV_PACKED,      TV_PACKED,      0 },
     { 1, 1,   17,    2,   1,   4,   3, 1, 2.0f,  TV_PACKED,      TV_PADDED,      TV_PADDED,      0 },
+    /* 8 key/value heads and more: whole heads (no split inside a head), the only
+     * shapes whose non-causal forward runs the one-head kernel */
+    { 8, 8,   33,   45,  16,   8,  32, 0, 0.0f,  TV_PADDED,      TV_INTERLEAVED, TV_PACKED,      1 },
+    {16, 8,   45,   33,  16,  16,  32, 0, 0.3f,  TV_INTERLEAVED, TV_PACKED,      TV_INTERPAD,    0 },
+    {16, 8,   45,   33,  16,  16,  32, 1, 0.0f,  TV_PACKED,      TV_PADDED,      TV_INTERLEAVED, 1 },
     /* one key/value head cut into segments of 512 keys (see favor.h, "Splitting
      * one key/value head"): 3 segments, causal with rows that see no key and
      * with keys every row sees (the first segment then holds no causal row) */
