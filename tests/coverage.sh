@@ -39,8 +39,11 @@ profdata=$(pick llvm-profdata-14 llvm-profdata)
 cov=$(pick llvm-cov-14 llvm-cov)
 command -v clang >/dev/null 2>&1 || { echo "tests/coverage.sh: ERROR: clang not found" >&2; exit 1; }
 
-rm -rf "$out/prof" "$out/fprof" "$out/lcov"
-mkdir -p "$out/prof" "$out/fprof" "$out/lcov"
+rm -rf "$out/prof" "$out/fprof" "$out/lcov" "$out/other"
+mkdir -p "$out/prof" "$out/fprof" "$out/lcov" "$out/other"
+# instrumented programs the build itself runs write here, not into the tree
+LLVM_PROFILE_FILE="$out/other/%p-%m.profraw"
+export LLVM_PROFILE_FILE
 flags="-O1 -fprofile-instr-generate -fcoverage-mapping"
 
 echo "== build the suite with coverage (clang $flags)"
