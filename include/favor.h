@@ -3565,7 +3565,7 @@ static favor_status favor__check_mods(const favor_options *o, const favor_tensor
     for (h = 0; o->sinks && h < heads; ++h)
         if (!(o->sinks[h] <= FLT_MAX) && o->sinks[h] != -INFINITY)
             return favor__no(&w, FAVOR_E_ARG, "opts.sinks[%z] is NaN or +inf", h);
-    bytes = heads * sizeof(float); /* fits: checked above */
+    bytes = heads * sizeof(float); /* used below only for an array given: checked above */
     for (h = 0; h < 2; ++h) { /* the slopes and sinks: inputs no output may overlap */
         const float *a = h ? o->sinks : o->alibi;
         if (!a) continue;
