@@ -1274,15 +1274,30 @@ static float read_sum(const float *x, size_t count)
 
 static const char *bandwidth_what(void) { return BENCH_BW_WHAT; }
 
+/* the median of n values (sorted in place) */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The buffer of the last measure_bandwidth, kept for read_pass until
+ * release_bandwidth_buffer. */
+static float *bw_buf;
+static size_t bw_count;
+
 /* Single-thread read bandwidth in GB/s (1e9 bytes/s): the best of `passes` sums
  * over a buffer of `bytes`, after a pass that writes it (faulting its pages in)
  * and a warm-up sum. *median_out gets the median pass. */
 static double measure_bandwidth(size_t bytes, int passes, double *median_out)
 {
     size_t count = bytes / sizeof(float) / 128 * 128, i;
-    float *x = alloc_floats_big(count), acc = 0;
-    double *ts = (double *)xmalloc((size_t)passes * sizeof *ts), best;
+    float *x, acc = 0;
+    double *ts = (double *)xmalloc((size_t)passes * sizeof *ts), best, median;
     int k;
+    free(bw_buf);
+    bw_buf = x = alloc_floats_big(count);
+    bw_count = count;
     for (i = 0; i < count; ++i) x[i] = (float)(i & 1023) * (1.0f / 1024.0f);
     print_huge_pages("the bandwidth buffer");
     acc += read_sum(x, count);
@@ -1292,15 +1307,31 @@ static double measure_bandwidth(size_t bytes, int passes, double *median_out)
         ts[k] = now_s() - t0;
     }
     bw_sink = acc;
-    qsort(ts, (size_t)passes, sizeof *ts, cmp_double);
+    median = median_of(ts, passes); /* (sorts ts) */
     best = (double)count * sizeof(float) / ts[0] * 1e-9;
-    if (median_out)
-        *median_out = (double)count * sizeof(float) /
-                      (passes % 2 ? ts[passes / 2] : 0.5 * (ts[passes / 2 - 1] + ts[passes / 2])) *
-                      1e-9;
+    if (median_out) *median_out = (double)count * sizeof(float) / median * 1e-9;
     free(ts);
-    free(x);
     return best;
+}
+
+/* One more sum over measure_bandwidth's buffer: GB/s, 0 without one. The decode
+ * tables time these beside their calls, so that a call's share of the read is
+ * of a read made in the same minute: this VM's read moves by 20-30% within an
+ * hour, and a figure taken at the start of the section misstated later rows. */
+static double read_pass(void)
+{
+    double t0;
+    if (!bw_buf) return 0;
+    t0 = now_s();
+    bw_sink = read_sum(bw_buf, bw_count);
+    return (double)bw_count * sizeof(float) / (now_s() - t0) * 1e-9;
+}
+
+static void release_bandwidth_buffer(void)
+{
+    free(bw_buf);
+    bw_buf = NULL;
+    bw_count = 0;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -1675,7 +1706,7 @@ typedef struct {
     size_t context;
     double step_s, softmax_s; /* per token; 0 when not measured */
     int step_runs, softmax_runs;
-    double softmax_gbs, softmax_bw_frac; /* the exact decode row it pairs with */
+    double softmax_gbs, softmax_bw_frac, softmax_read_gbs; /* the exact decode row it pairs with */
 } decode_row;
 
 /* One exact softmax decode row: n query rows of `heads` query heads against a KV
@@ -1684,7 +1715,8 @@ typedef struct {
     size_t context, n, heads, kv_heads, d;
     int threads, runs;
     double time_s, min_s; /* per call */
-    double gbs, bw_frac;  /* K and V bytes / time; that over read_bw */
+    double gbs, bw_frac;  /* K and V bytes / time; that over read_gbs */
+    double read_gbs;      /* the plain read timed beside the row's calls (GB/s) */
     double err;           /* error / tolerance when checked, else -1 */
     favor_dtype dtype;    /* of K and V (Q and O are fp32)                  */
     double speedup;       /* 16-bit K, V: fp32 time / this time (0: none)   */
@@ -1801,7 +1833,7 @@ static void csv_decode_sm(const decode_sm_row *r)
     csv_put("decode_softmax,softmax,1,%zu,%zu,%zu,%d,favor,%.6e,%.6e,%d,,,,%.3f,%zu,%zu,%.4f,%.4f,"
             "%.3f\n",
             r->d, r->n, r->heads, r->threads, r->time_s, r->min_s, r->runs, decode_peak, r->context,
-            r->kv_heads, r->gbs, r->bw_frac, read_bw);
+            r->kv_heads, r->gbs, r->bw_frac, r->read_gbs);
 }
 
 /* A row of the 16-bit KV cache decode table (fp32 rows: impl favor, no ratio;
@@ -1812,7 +1844,7 @@ static void csv_decode_kv16(const decode_sm_row *r)
             r->threads, impl_id(I_FAVOR, r->dtype, NULL), r->time_s, r->min_s, r->runs);
     if (r->speedup > 0) csv_put("%.4f", r->speedup);
     csv_put(",%.3f,%zu,%zu,%.4f,%.4f,%.3f\n", decode_peak, r->context, r->kv_heads, r->gbs,
-            r->bw_frac, read_bw);
+            r->bw_frac, r->read_gbs);
 }
 
 /* The decoding summary rows (the recurrent step, and the exact decode row it is
@@ -1830,7 +1862,7 @@ static void csv_close(void)
                     r->softmax_s, r->softmax_runs);
             if (r->step_s > 0) csv_put("%.4f", r->softmax_s / r->step_s);
             csv_put(",,%zu,8,%.4f,%.4f,%.3f\n", r->context, r->softmax_gbs, r->softmax_bw_frac,
-                    read_bw);
+                    r->softmax_read_gbs);
         }
     }
     if (csv_out) fclose(csv_out);
@@ -2491,14 +2523,15 @@ static int decode_kv16_rows(const config *c, const size_t *ctxs, int nctx, float
            "per type, made in %.1f s), same layout. Each row: %d round%s of fp32, fp16,\n"
            "bf16 timed back to back (each as above: batches of >= 20 ms, median of >= %d),\n"
            "a type's time the median over the rounds. GB/s = bytes of K and V read\n"
-           "(kv_heads * context * (d + d_v) * 4 for fp32, * 2 for 16-bit) / time; %%bw of\n"
-           "the read bandwidth above. speed-up = fp32 time / 16-bit time (at most 2 when\n"
+           "(kv_heads * context * (d + d_v) * 4 for fp32, * 2 for 16-bit) / time; read:\n"
+           "the median of a plain read as above before the first round and after each;\n"
+           "%%bw of that read. speed-up = fp32 time / 16-bit time (at most 2 when\n"
            "all are bound by the same bandwidth). Checked against a float64 softmax of\n"
            "the same values (within 2e-5 max|V|) at %s.\n\n",
            n, hq, hkv, d, 2.0 * (double)len * sizeof(uint16_t) / (1 << 20), now_s() - t0, rounds,
            rounds == 1 ? "" : "s", c->quick ? 1 : 3,
            c->quick ? "every context" : "the first context");
-    printf("%3s %8s | %11s %6s %5s", "thr", "context", "fp32 time", "GB/s", "%bw");
+    printf("%3s %8s %6s | %11s %6s %5s", "thr", "context", "read", "fp32 time", "GB/s", "%bw");
     for (hi = 0; hi < N_HALF; ++hi)
         printf(" | %11s %6s %5s %8s", hi ? "bf16 time" : "fp16 time", "GB/s", "%bw", "speed-up");
     printf(" | check\n");
@@ -2508,17 +2541,20 @@ static int decode_kv16_rows(const config *c, const size_t *ctxs, int nctx, float
         for (kind = 0; kind < KINDS; ++kind) last[kind] = 0;
         for (ci = 0; ci < nctx; ++ci) {
             size_t ctx = ctxs[ci];
-            double med[KINDS][3], worst = -1;
+            double med[KINDS][3], worst = -1, reads[4], read;
             decode_sm_row r[KINDS];
-            int ran[KINDS];
+            int ran[KINDS], nreads = 0, any = 0;
             memset(r, 0, sizeof r);
             for (kind = 0; kind < KINDS; ++kind) {
                 /* the context grows 4x per row */
                 ran[kind] = !(4.0 * last[kind] > c->limit);
+                any = any || ran[kind];
                 r[kind].min_s = HUGE_VAL;
                 r[kind].err = -1;
             }
-            for (rd = 0; rd < rounds; ++rd)
+            /* a plain read before the first round and after each */
+            if (any) reads[nreads++] = read_pass();
+            for (rd = 0; rd < rounds; ++rd) {
                 for (kind = 0; kind < KINDS; ++kind) {
                     favor_tensor Q, K, V, O;
                     sm_decode sd;
@@ -2555,7 +2591,10 @@ static int decode_kv16_rows(const config *c, const size_t *ctxs, int nctx, float
                     }
                     free(buf);
                 }
-            printf("%3d %8zu", c->threads[ti], ctx);
+                if (nreads) reads[nreads++] = read_pass();
+            }
+            read = nreads ? median_of(reads, nreads) : 0;
+            printf("%3d %8zu %6.1f", c->threads[ti], ctx, read);
             for (kind = 0; kind < KINDS; ++kind) {
                 decode_sm_row *x = &r[kind];
                 size_t es = kind == 0 ? sizeof(float) : sizeof(uint16_t);
@@ -2576,7 +2615,8 @@ static int decode_kv16_rows(const config *c, const size_t *ctxs, int nctx, float
                 x->time_s = rounds % 2 ? med[kind][rounds / 2]
                                        : 0.5 * (med[kind][rounds / 2 - 1] + med[kind][rounds / 2]);
                 x->gbs = (double)(hkv * ctx * (d + d)) * (double)es / x->time_s * 1e-9;
-                x->bw_frac = read_bw > 0 ? x->gbs / read_bw : 0;
+                x->read_gbs = read;
+                x->bw_frac = read > 0 ? x->gbs / read : 0;
                 x->dtype = kind ? half_dtype[kind - 1] : FAVOR_F32;
                 x->speedup = kind && ran[0] ? r[0].time_s / x->time_s : 0;
                 last[kind] = x->time_s;
@@ -2659,14 +2699,16 @@ static int decode_softmax_rows(const config *c, const size_t *ctxs, int nctx, in
            "favor_softmax_attention_workspace, allocated outside the timed calls. Time:\n"
            "median of >= %d samples after a warm-up call, each sample a batch of calls\n"
            "of >= 20 ms (more samples, up to 25, while they take < 0.5 s together).\n"
-           "GB/s = K and V bytes (kv_heads * context * (d + d_v) * 4) / time; %%bw: of\n"
-           "the 1-thread read bandwidth above (contexts whose K and V fit in the\n"
+           "GB/s = K and V bytes (kv_heads * context * (d + d_v) * 4) / time; read: a\n"
+           "1-thread plain read as above, the median of one sum over its buffer before\n"
+           "each thread count's calls and one after the last (this VM's read moves\n"
+           "within the run); %%bw: of that read (contexts whose K and V fit in the\n"
            "caches, and 2 threads, can pass 100%%). A row is not run at 4x the context\n"
            "when its time there would pass %g s (--limit). Checked against a float64\n"
            "softmax (within 2e-5 max|V|) at %s.\n\n",
            bytes, now_s() - fill_t0, c->quick ? 1 : 3, c->limit,
            c->quick ? "every context" : "the first context");
-    printf("%4s %6s %2s %8s", "d", "q/kv", "n", "context");
+    printf("%4s %6s %2s %8s %6s", "d", "q/kv", "n", "context", "read");
     for (ti = 0; ti < c->nthreads; ++ti)
         printf(" | %2d thr %4s %6s %5s", c->threads[ti], "time", "GB/s", "%bw");
     printf(" | %s\n", "check");
@@ -2679,21 +2721,21 @@ static int decode_softmax_rows(const config *c, const size_t *ctxs, int nctx, in
                 for (ti = 0; ti < c->nthreads; ++ti) last[ti] = 0;
                 for (ci = 0; ci < nctx; ++ci) {
                     size_t ctx = ctxs[ci];
-                    double worst = -1;
+                    double worst = -1, reads[MAX_LIST + 1], read;
+                    decode_sm_row rows[MAX_LIST];
+                    int state[MAX_LIST], nreads = 0; /* 1 timed, 0 skipped, -1 failed */
                     char hbuf[16];
-                    snprintf(hbuf, sizeof hbuf, "%zu/%zu", hq, hkv);
-                    printf("%4zu %6s %2zu %8zu", d, hbuf, n, ctx);
+                    /* the calls of every thread count, a plain read before each
+                     * and after the last; the row's read is their median */
                     for (ti = 0; ti < c->nthreads; ++ti) {
                         favor_tensor Q, K, V, O;
                         sm_decode sd;
                         timing t;
-                        decode_sm_row r;
+                        decode_sm_row *r = &rows[ti];
                         void *buf;
-                        char tb[32];
-                        if (4.0 * last[ti] > c->limit) { /* ctx grows 4x per row */
-                            printf(" | %11s %6s %5s", "-", "-", "-");
-                            continue;
-                        }
+                        state[ti] = 0;
+                        if (4.0 * last[ti] > c->limit) continue; /* ctx grows 4x per row */
+                        reads[nreads++] = read_pass();
                         Q = favor_tensor_packed(qb, hq, n, d);
                         O = favor_tensor_packed(ob, hq, n, d);
                         K = favor_tensor_packed(kc, hkv, ctx, d);
@@ -2702,34 +2744,49 @@ static int decode_softmax_rows(const config *c, const size_t *ctxs, int nctx, in
                         buf = sm_decode_bind(&sd, &Q, &K, &V, &O, c->threads[ti]);
                         if (time_batched(sm_decode_call, &sd, c->quick ? 1 : 3,
                                          c->quick ? 0 : 0.5, &t) != 0) {
-                            printf(" | %11s %6s %5s", "FAILED", "-", "-");
+                            state[ti] = -1;
                             ++failures;
                             last[ti] = HUGE_VAL;
                             free(buf);
                             continue;
                         }
-                        memset(&r, 0, sizeof r);
-                        r.context = ctx;
-                        r.n = n;
-                        r.heads = hq;
-                        r.kv_heads = hkv;
-                        r.d = d;
-                        r.threads = c->threads[ti];
-                        r.runs = t.runs;
-                        r.time_s = t.median;
-                        r.min_s = t.min;
-                        r.gbs = (double)(hkv * ctx * (d + d)) * sizeof(float) / t.median * 1e-9;
-                        r.bw_frac = read_bw > 0 ? r.gbs / read_bw : 0;
-                        r.err = -1;
+                        state[ti] = 1;
+                        memset(r, 0, sizeof *r);
+                        r->context = ctx;
+                        r->n = n;
+                        r->heads = hq;
+                        r->kv_heads = hkv;
+                        r->d = d;
+                        r->threads = c->threads[ti];
+                        r->runs = t.runs;
+                        r->time_s = t.median;
+                        r->min_s = t.min;
+                        r->gbs = (double)(hkv * ctx * (d + d)) * sizeof(float) / t.median * 1e-9;
+                        r->err = -1;
                         if (c->quick || ci == 0) {
-                            r.err = decode_check(&Q, &K, &V, &O);
+                            r->err = decode_check(&Q, &K, &V, &O);
                             ++*checks;
-                            if (!(r.err <= 1.0)) ++failures;
-                            if (!(r.err <= worst)) worst = r.err;
+                            if (!(r->err <= 1.0)) ++failures;
+                            if (!(r->err <= worst)) worst = r->err;
                         }
                         last[ti] = t.median;
-                        fmt_time(tb, sizeof tb, t.median);
-                        printf(" | %11s %6.1f %4.0f%%", tb, r.gbs, 100.0 * r.bw_frac);
+                        free(buf);
+                    }
+                    if (nreads) reads[nreads++] = read_pass();
+                    read = nreads ? median_of(reads, nreads) : 0;
+                    snprintf(hbuf, sizeof hbuf, "%zu/%zu", hq, hkv);
+                    printf("%4zu %6s %2zu %8zu %6.1f", d, hbuf, n, ctx, read);
+                    for (ti = 0; ti < c->nthreads; ++ti) {
+                        decode_sm_row *r = &rows[ti];
+                        char tb[32];
+                        if (state[ti] <= 0) {
+                            printf(" | %11s %6s %5s", state[ti] ? "FAILED" : "-", "-", "-");
+                            continue;
+                        }
+                        r->read_gbs = read;
+                        r->bw_frac = read > 0 ? r->gbs / read : 0;
+                        fmt_time(tb, sizeof tb, r->time_s);
+                        printf(" | %11s %6.1f %4.0f%%", tb, r->gbs, 100.0 * r->bw_frac);
                         if (ndecode_sms == capdecode_sms) {
                             decode_sm_row *nr;
                             capdecode_sms = capdecode_sms ? 2 * capdecode_sms : 128;
@@ -2738,20 +2795,19 @@ static int decode_softmax_rows(const config *c, const size_t *ctxs, int nctx, in
                             if (!nr) die("out of memory");
                             decode_sms = nr;
                         }
-                        decode_sms[ndecode_sms++] = r;
-                        csv_decode_sm(&r);
+                        decode_sms[ndecode_sms++] = *r;
+                        csv_decode_sm(r);
                         if (d == 64 && gi == 0 && n == 1 && c->threads[ti] == 1) {
                             int k;
                             for (k = 0; k < (int)ndecodes; ++k)
                                 if (decodes[k].context == ctx) {
-                                    decodes[k].softmax_s = t.median;
-                                    decodes[k].softmax_runs = t.runs;
-                                    decodes[k].softmax_gbs = r.gbs;
-                                    decodes[k].softmax_bw_frac = r.bw_frac;
+                                    decodes[k].softmax_s = r->time_s;
+                                    decodes[k].softmax_runs = r->runs;
+                                    decodes[k].softmax_gbs = r->gbs;
+                                    decodes[k].softmax_bw_frac = r->bw_frac;
+                                    decodes[k].softmax_read_gbs = read;
                                 }
                         }
-                        free(buf);
-                        fflush(stdout);
                     }
                     if (worst >= 0)
                         printf(" | %s %.2g\n", worst <= 1.0 ? "ok" : "MISMATCH", worst);
@@ -2793,6 +2849,7 @@ static int run_decode(const config *c, int *checks)
             (double)bw_bytes / (read_bw * 1e9), bw_passes, decode_peak, read_bw, read_bw);
     if (!nctx) {
         printf("  no context: --decode-max is below 1024\n");
+        release_bandwidth_buffer();
         return 0;
     }
     if (c->decode_step && decode_step_rows(c, ctxs, nctx) != 0) ++failures;
@@ -2820,6 +2877,7 @@ static int run_decode(const config *c, int *checks)
                    decodes[ndecodes - 1].context, decodes[0].context,
                    decodes[ndecodes - 1].step_s / decodes[0].step_s);
     }
+    release_bandwidth_buffer();
     return failures;
 }
 
@@ -4873,9 +4931,9 @@ int main(int argc, char **argv)
                 fprintf(f,
                         "%s\n    {\"context\": %zu, \"n\": %zu, \"heads\": %zu, \"kv_heads\": %zu, "
                         "\"d\": %zu, \"threads\": %d, \"time_s\": %.6e, \"min_s\": %.6e, "
-                        "\"runs\": %d, \"gbytes_s\": %.4f, \"bw_frac\": %.4f",
+                        "\"runs\": %d, \"gbytes_s\": %.4f, \"bw_frac\": %.4f, \"read_gbytes_s\": %.3f",
                         i ? "," : "", r->context, r->n, r->heads, r->kv_heads, r->d, r->threads,
-                        r->time_s, r->min_s, r->runs, r->gbs, r->bw_frac);
+                        r->time_s, r->min_s, r->runs, r->gbs, r->bw_frac, r->read_gbs);
                 if (r->err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->err);
                 fprintf(f, "}");
             }
@@ -4885,9 +4943,11 @@ int main(int argc, char **argv)
                 fprintf(f,
                         "%s\n    {\"context\": %zu, \"n\": %zu, \"heads\": %zu, \"kv_heads\": %zu, "
                         "\"d\": %zu, \"threads\": %d, \"kv_dtype\": \"%s\", \"time_s\": %.6e, "
-                        "\"min_s\": %.6e, \"runs\": %d, \"gbytes_s\": %.4f, \"bw_frac\": %.4f",
+                        "\"min_s\": %.6e, \"runs\": %d, \"gbytes_s\": %.4f, \"bw_frac\": %.4f, "
+                        "\"read_gbytes_s\": %.3f",
                         i ? "," : "", r->context, r->n, r->heads, r->kv_heads, r->d, r->threads,
-                        dtype_id(r->dtype), r->time_s, r->min_s, r->runs, r->gbs, r->bw_frac);
+                        dtype_id(r->dtype), r->time_s, r->min_s, r->runs, r->gbs, r->bw_frac,
+                        r->read_gbs);
                 if (r->speedup > 0) fprintf(f, ", \"speedup_over_fp32\": %.4f", r->speedup);
                 if (r->err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->err);
                 fprintf(f, "}");
