@@ -19,7 +19,7 @@
 #                                      FAVOR_NO_MALLOC: compile, link, report code size
 #   sh tests/portability.sh s390x      big-endian: gcc-s390x-linux-gnu, -Werror, the
 #                                      scalar suite and examples under qemu-s390x
-#                                      (not in .ci/run: about 10 minutes of emulation)
+#                                      (not in .ci/run: about 11 minutes, most of it emulation)
 #
 # AArch64 (NEON and forced scalar, under qemu) is the second half of
 # tests/run_all.sh. Prerequisites beyond the README's: gcc-multilib and
