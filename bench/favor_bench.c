@@ -4931,7 +4931,8 @@ int main(int argc, char **argv)
                 fprintf(f,
                         "%s\n    {\"context\": %zu, \"n\": %zu, \"heads\": %zu, \"kv_heads\": %zu, "
                         "\"d\": %zu, \"threads\": %d, \"time_s\": %.6e, \"min_s\": %.6e, "
-                        "\"runs\": %d, \"gbytes_s\": %.4f, \"bw_frac\": %.4f, \"read_gbytes_s\": %.3f",
+                        "\"runs\": %d, \"gbytes_s\": %.4f, \"bw_frac\": %.4f, "
+                        "\"read_gbytes_s\": %.3f",
                         i ? "," : "", r->context, r->n, r->heads, r->kv_heads, r->d, r->threads,
                         r->time_s, r->min_s, r->runs, r->gbs, r->bw_frac, r->read_gbs);
                 if (r->err >= 0) fprintf(f, ", \"error_over_tolerance\": %.4g", r->err);
