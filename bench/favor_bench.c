@@ -182,6 +182,13 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* the median of n values (sorted in place) */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* splitmix64: the inputs are the same in every run and in the BLAS child. */
 static unsigned long long mix64(unsigned long long *s)
 {
@@ -393,8 +400,7 @@ static int time_calls(bench_fn fn, void *ctx, int runs, double budget, timing *t
         }
         ts[i] = now_s() - t0;
     }
-    qsort(ts, (size_t)r, sizeof *ts, cmp_double);
-    t->median = r % 2 ? ts[r / 2] : 0.5 * (ts[r / 2 - 1] + ts[r / 2]);
+    t->median = median_of(ts, r); /* (sorts ts) */
     t->min = ts[0];
     t->runs = r;
     t->err = -1;
@@ -1273,13 +1279,6 @@ static float read_sum(const float *x, size_t count)
 }
 
 static const char *bandwidth_what(void) { return BENCH_BW_WHAT; }
-
-/* the median of n values (sorted in place) */
-static double median_of(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* The buffer of the last measure_bandwidth, kept for read_pass until
  * release_bandwidth_buffer. */
@@ -2274,8 +2273,7 @@ static int time_batched(bench_fn fn, void *ctx, int samples, double budget, timi
             }
         ts[i] = (now_s() - t0) / batch;
     }
-    qsort(ts, (size_t)r, sizeof *ts, cmp_double);
-    t->median = r % 2 ? ts[r / 2] : 0.5 * (ts[r / 2 - 1] + ts[r / 2]);
+    t->median = median_of(ts, r); /* (sorts ts) */
     t->min = ts[0];
     t->runs = r * batch;
     t->err = -1;
@@ -2605,15 +2603,13 @@ static int decode_kv16_rows(const config *c, const size_t *ctxs, int nctx, float
                     last[kind] = x->runs < 0 ? HUGE_VAL : last[kind];
                     continue;
                 }
-                qsort(med[kind], (size_t)rounds, sizeof med[kind][0], cmp_double);
                 x->context = ctx;
                 x->n = n;
                 x->heads = hq;
                 x->kv_heads = hkv;
                 x->d = d;
                 x->threads = c->threads[ti];
-                x->time_s = rounds % 2 ? med[kind][rounds / 2]
-                                       : 0.5 * (med[kind][rounds / 2 - 1] + med[kind][rounds / 2]);
+                x->time_s = median_of(med[kind], rounds);
                 x->gbs = (double)(hkv * ctx * (d + d)) * (double)es / x->time_s * 1e-9;
                 x->read_gbs = read;
                 x->bw_frac = read > 0 ? x->gbs / read : 0;
@@ -3146,6 +3142,7 @@ static void print_half_summary(const config *c)
                 for (hi = 0; hi < N_HALF; ++hi)
                     for (ti = 0; ti < c->nthreads && c->half[hi]; ++ti) {
                         size_t nv = 0;
+                        double med;
                         for (i = 0; i < nresults; ++i) {
                             const result_row *r = &results[i];
                             if (r->impl == I_FAVOR && r->dtype == half_dtype[hi] &&
@@ -3157,9 +3154,8 @@ static void print_half_summary(const config *c)
                             printf(" | %15s", "-");
                             continue;
                         }
-                        qsort(v, nv, sizeof *v, cmp_double);
-                        printf(" | %5.2fx (%5.2fx)",
-                               nv % 2 ? v[nv / 2] : 0.5 * (v[nv / 2 - 1] + v[nv / 2]), v[nv - 1]);
+                        med = median_of(v, (int)nv); /* (sorts v) */
+                        printf(" | %5.2fx (%5.2fx)", med, v[nv - 1]);
                     }
                 printf("\n");
             }
@@ -3313,20 +3309,13 @@ static void var_call_ready(var_call *c)
     c->opt.workspace_size = ws;
 }
 
-/* the median of count values (sorted in place) */
-static double var_median(double *x, int count)
-{
-    qsort(x, (size_t)count, sizeof *x, cmp_double);
-    return count % 2 ? x[count / 2] : 0.5 * (x[count / 2 - 1] + x[count / 2]);
-}
-
 /* the median over the rounds of a's sample over b's in the same round */
 static double var_paired(const double *a, const double *b, int rounds)
 {
     double x[256];
     int r;
     for (r = 0; r < rounds; ++r) x[r] = a[r] / b[r];
-    return var_median(x, rounds);
+    return median_of(x, rounds);
 }
 
 /* Times the k calls of a group interleaved: a warm-up call each, then `rounds`
@@ -3375,12 +3364,12 @@ static int var_time_group(var_call *calls, int k, int rounds, double min_sample)
         calls[i].cpu_at = cs + i * rounds;
         calls[i].rounds = rounds;
         memcpy(sorted, calls[i].wall_at, (size_t)rounds * sizeof *sorted);
-        calls[i].t.median = var_median(sorted, rounds);
+        calls[i].t.median = median_of(sorted, rounds);
         calls[i].t.min = sorted[0];
         calls[i].t.runs = rounds * batch[i];
         calls[i].t.err = -1;
         memcpy(sorted, calls[i].cpu_at, (size_t)rounds * sizeof *sorted);
-        calls[i].cpu = var_median(sorted, rounds);
+        calls[i].cpu = median_of(sorted, rounds);
     }
     free(sorted);
     return -1;
@@ -4361,7 +4350,7 @@ static int gg_time(gg_call *g, int k, int rounds, double min_sample)
     sorted = (double *)xmalloc((size_t)rounds * sizeof *sorted);
     for (i = 0; i < k; ++i) {
         memcpy(sorted, g[i].at, (size_t)rounds * sizeof *sorted);
-        g[i].median = var_median(sorted, rounds);
+        g[i].median = median_of(sorted, rounds);
     }
     free(sorted);
     return -1;
