@@ -5468,18 +5468,28 @@ typedef struct {
     size_t cap;  /* C: rows of the chunk buffers */
     const double *lg; /* gated: the chunk's log-gates l_t (NULL: ungated)      */
     double *dd;       /* gated: D_j (cap doubles)                              */
-    size_t nsep;      /* gated: the chunk's first keys, with D_j - D_0 <= FAVOR__SEP,
-                         that kf holds times exp(D_j - D_0) (see below)        */
+    size_t nsep;      /* gated: the chunk's first keys, with D_j - ref <= FAVOR__SEP,
+                         that kf holds times exp(D_j - ref) (see below)        */
+    double ref;       /* gated: D_0 (a pending block: the state's c)           */
 } favor__chunk;
 
 /* A gated chunk's pair factor exp(D_j - D_i) is split, for its first nsep keys
  * (D_j - D_0 <= FAVOR__SEP), into the key's exp(D_j - D_0), applied to kf once,
  * and the row's exp(D_0 - D_i): one exponential per row instead of one per
- * pair; the later keys keep exact pair factors. Every quantity depends on keys
- * <= its own row only, so outputs keep ignoring later keys bit for bit. A split
- * factor errs by about 2^-24 (FAVOR__SEP + D_i - D_0) relative, beside the
- * exact one's 2^-24 (D_i - D_j): at most 5e-7 more. */
+ * pair; the later keys keep exact pair factors (a pending block of the
+ * recurrent step splits them at the state's c instead: ref, 4.11). Every
+ * quantity depends on keys <= its own row only, so outputs keep ignoring later
+ * keys bit for bit. A split factor errs by about 2^-24 (FAVOR__SEP + D_i -
+ * D_0) relative, beside the exact one's 2^-24 (D_i - D_j): at most 5e-7 more. */
 #define FAVOR__SEP 8.0
+
+/* nsep of keys whose D are dd[0 .. n): the first keys with D_j - ref <= FAVOR__SEP */
+static size_t favor__nsep(const double *dd, size_t n, double ref)
+{
+    size_t j = 0;
+    while (j < n && dd[j] - ref <= FAVOR__SEP) ++j;
+    return j;
+}
 
 static size_t favor__chunk_floats(size_t C, size_t w) { return 3 * C * w + C * C + 4 * C; }
 
@@ -5490,6 +5500,7 @@ static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
     cb->lg = NULL;
     cb->dd = NULL;
     cb->nsep = 0;
+    cb->ref = 0.0;
     cb->kf = p; p += C * w;
     cb->kt = p; p += w * C;
     cb->qf = p; p += C * w;
@@ -5680,8 +5691,8 @@ static int favor__chunk_keys(const favor__map *mp, float c, const float *K, size
             cb->mk[j] = m = (double)cb->rk[j] > t ? cb->rk[j] : (float)t;
             cb->dd[j] = (double)m - G;
         }
-        for (cb->nsep = 1; cb->nsep < nr && cb->dd[cb->nsep] - cb->dd[0] <= FAVOR__SEP;)
-            ++cb->nsep;
+        cb->ref = cb->dd[0];
+        cb->nsep = favor__nsep(cb->dd, nr, cb->ref);
     } else {
         for (j = 0; j < nr; ++j) cb->mk[j] = m = favor__s_max(cb->rk[j], m);
         cb->nsep = 0;
@@ -5702,7 +5713,7 @@ static float favor__chunk_e(const favor__chunk *cb, float c, size_t i)
 }
 
 /* the factors exp(m_j - m_i) (gated: exp(D_j - D_i)) of keys j < n, as kf holds
- * them, into cb->g: gated, the row's exp(D_0 - D_i) for the first nsep keys */
+ * them, into cb->g: gated, the row's exp(ref - D_i) for the first nsep keys */
 static void favor__chunk_factors(const favor__chunk *cb, size_t i, size_t n)
 {
     size_t j, ns;
@@ -5712,7 +5723,7 @@ static void favor__chunk_factors(const favor__chunk *cb, size_t i, size_t n)
     }
     ns = cb->nsep < n ? cb->nsep : n;
     if (ns) {
-        float f = favor__s_exp((float)(cb->dd[0] - cb->dd[i]));
+        float f = favor__s_exp((float)(cb->ref - cb->dd[i]));
         for (j = 0; j < ns; ++j) cb->g[j] = f;
     }
     for (j = ns; j < n; ++j) cb->g[j] = (float)(cb->dd[j] - cb->dd[i]);
@@ -6455,7 +6466,24 @@ FAVOR__DEF favor_status favor_linear_attention(const favor_features *f, const fa
  * storage alone is the whole state. Gated, a pending token also keeps its
  * log-gate l_j (0 ungated): the block is then a gated chunk (4.10) whose D_j
  * come from the m_j and the sums of the l_j, and the state decays only when
- * the block is folded: a step reads it through e = exp(c - D). */
+ * the block is folded: a step reads it through e = exp(c - D). Its keys are
+ * split as a chunk's (FAVOR__SEP), at the state's c rather than at D_0: key j
+ * is held times exp(D_j - c) while D_j - c <= FAVOR__SEP (the first gated
+ * token of a block gives the keys before it their share), so when every key
+ * is, a token's output is
+ *     o = (phi(q) S + sum_j a'_j v_j) / (phi(q).z + sum_j a'_j),
+ *     a'_j = phi(q).phi(k_j) exp(D_j - c),
+ * the common factor exp(c - D) cancelled (FAVOR_NO_NORM multiplies it back):
+ * one exponential per token, the new key's share, as an ungated step has one.
+ * Past FAVOR__SEP the pair factors are exact, as in a chunk. A block whose keys
+ * are all held so, and whose D_last - c <= FAVOR__SEP / 2, is folded lazily:
+ * S += sum_j phi(k_j) exp(D_j - c) v_j^T (z alike) without scaling S, and c
+ * takes the block's decay, c += G (its sum of l_j; exp(c - D) of the next
+ * block's tokens then carries it), so S is scaled only when c has fallen
+ * FAVOR__SEP / 2 below the block (the fold of a chunk: c = m). c stays the
+ * log-scale of S and z, as every reader of it takes it, up to FAVOR__SEP / 2
+ * below the running maximum a chunk's fold would leave (the next keys' m_j
+ * start from it, still >= their own log-scales). */
 #define FAVOR__PEND 16
 
 /* floats of the step's scratch: every head's key and first query row (2 heads d)
@@ -6500,7 +6528,8 @@ static void favor__pend_chunk(const favor_state *st, size_t g, const favor__chun
     cb->comp = st->comp + g * w * (dv + 1);
     cb->lg = NULL;
     cb->dd = NULL;
-    cb->nsep = 0; /* the block keeps its keys at their own m_j */
+    cb->nsep = 0; /* ungated, the block keeps its keys at their own m_j */
+    cb->ref = (double)st->c[g];
 }
 
 /* a gated pending block's l_j (as doubles) and D_j for its first n tokens;
@@ -6529,9 +6558,17 @@ static void favor__pend_fold(const favor__map *mp, favor_state *st, size_t g, si
     double lg[FAVOR__PEND], dd[FAVOR__PEND];
     favor__pend_chunk(st, g, scr, &cb, &pv, &pl);
     m = cb.mk[np - 1];
-    if (favor__pend_gates(pl, cb.mk, np, lg, dd)) {
+    if (favor__pend_gates(pl, cb.mk, np, lg, dd)) { /* kf as a gated block holds it */
         cb.lg = lg;
         cb.dd = dd;
+        cb.nsep = favor__nsep(dd, np, cb.ref);
+        if (cb.nsep == np && dd[np - 1] - cb.ref <= FAVOR__SEP / 2) {
+            float c = st->c[g]; /* lazily: S, z stay at c, which takes the block's decay */
+            favor__state_add(mp, st->s + g * w * dv, st->z + g * w, &c, c, cb.kf, pv, dv, np,
+                             dv, cb.comp, cb.tile, 1.0f);
+            st->c[g] = (float)(cb.ref + ((double)m - dd[np - 1]));
+            return;
+        }
     }
     favor__chunk_absorb(mp, st->s + g * w * dv, st->z + g * w, st->c + g, m,
                         cb.lg || (favor__stabilized(mp->kernel) && cb.mk[0] != m), pv, dv, np,
@@ -6548,7 +6585,7 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
 {
     size_t w = st->width, dv = st->dv, grp = favor__nheads(q) / st->heads, t;
     const float *S = st->s + g * w * dv, *z = st->z + g * w;
-    float c = st->c[g], *pv, *pl, m, e, lt = 0.0f;
+    float c = st->c[g], *pv, *pl, m, e, f = 1.0f, u = 1.0f, lt = 0.0f;
     double lg[FAVOR__PEND], dd[FAVOR__PEND];
     favor__chunk cb;
     int rising;
@@ -6569,12 +6606,26 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
     pl[np] = lt;
     favor__phi_finish(mp, cb.kf + np * w, w, 1, R, cb.mk + np);
     favor__widen_rows(v, g, 0, 1, pv + np * dv, dv);
-    if (favor__pend_gates(pl, cb.mk, np + 1, lg, dd)) { /* e = exp(c - D), exp(D_j - D) */
-        size_t j;
-        e = favor__s_exp((float)((double)c - dd[np]));
-        for (j = 0; j < np; ++j) cb.g[j] = (float)(dd[j] - dd[np]);
-        favor__exp_add(cb.g, cb.g, 0.0f, np);
-        rising = 1;
+    if (favor__pend_gates(pl, cb.mk, np + 1, lg, dd)) { /* gated (4.11) */
+        size_t j, ns = favor__nsep(dd, np + 1, cb.ref);
+        int first = 1;
+        for (j = 0; j < np; ++j) first &= pl[j] == 0.0f;
+        for (j = 0; first && j < np && j < ns; ++j) /* the block's first l != 0: the keys */
+            if (dd[j] != cb.ref)                      /* before it, at their m_j, get their share */
+                favor__scal(cb.kf + j * w, favor__s_exp((float)(dd[j] - cb.ref)), w);
+        if (ns == np + 1) { /* every key in kf times exp(D_j - c): o's factor exp(c - D) is f */
+            u = favor__s_exp((float)(dd[np] - cb.ref)); /* the new key's, applied to a_np */
+            e = 1.0f;
+            if (mp->nonorm) f = favor__s_exp((float)(cb.ref - dd[np]));
+            rising = 0;
+        } else { /* e = exp(c - D); exp(c - D) for the first ns keys, exp(D_j - D) after */
+            cb.lg = lg;
+            cb.dd = dd;
+            cb.nsep = ns;
+            favor__chunk_factors(&cb, np, np);
+            e = favor__s_exp((float)((double)c - dd[np]));
+            rising = 1;
+        }
     } else {
         e = favor__s_exp(c - m);
         rising = favor__stabilized(mp->kernel) && cb.mk[0] != m;
@@ -6592,14 +6643,18 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
         favor__dots(qf, w, cb.kf, w, np + 1, cb.a, NULL, NULL);
         if (rising) favor__vmul(cb.a, cb.g, np);
         favor__gemm(1, dv, w, qf, w, 1, S, dv, o, dv, 0);
-        favor__scal(o, e, dv);
+        if (e != 1.0f) favor__scal(o, e, dv);
+        cb.a[np] *= u;
         favor__gemm(1, dv, np + 1, cb.a, np + 1, 1, pv, dv, o, dv, 1);
         if (!mp->nonorm)
             favor__divide(mp, o, e * favor__dot(qf, z, w) + favor__sum(cb.a, np + 1), dv);
-        else if (favor__stabilized(mp->kernel)) /* the scales taken out (4.10) */
+        else if (f != 1.0f)
+            favor__scal(o, f, dv);
+        if (mp->nonorm && favor__stabilized(mp->kernel)) /* the scales taken out (4.10) */
             favor__scal(o, favor__s_exp(rq[0] + m), dv);
         favor__out_done(out, h, 0, 1, o, ldo);
     }
+    if (u != 1.0f) favor__scal(cb.kf + np * w, u, w); /* the new key's share, for later */
 }
 FAVOR__DEF size_t favor_state_floats(const favor_features *f, size_t heads, size_t dv)
 {
@@ -9292,6 +9347,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__nheads FAVOR__N(favor__nheads)
 #define favor__npend FAVOR__N(favor__npend)
 #define favor__npend_ok FAVOR__N(favor__npend_ok)
+#define favor__nsep FAVOR__N(favor__nsep)
 #define favor__nseq FAVOR__N(favor__nseq)
 #define favor__nthreads FAVOR__N(favor__nthreads)
 #define favor__online_max FAVOR__N(favor__online_max)
@@ -9787,6 +9843,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__nheads
 #undef favor__npend
 #undef favor__npend_ok
+#undef favor__nsep
 #undef favor__nseq
 #undef favor__nthreads
 #undef favor__online_max

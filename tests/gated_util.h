@@ -15,7 +15,7 @@
 
 /* which of decay and gates a case has; G_FULL (the backward's): not causal, no gates */
 enum { G_NONE, G_DECAY, G_GATES, G_BOTH, G_FULL };
-enum { GS_REAL, GS_EXTREME, GS_MILD }; /* how its gates are drawn */
+enum { GS_REAL, GS_EXTREME, GS_MILD, GS_RUNS }; /* how its gates are drawn */
 static const char *const gmode_names[] = { "none", "decay", "gates", "both", "full" };
 
 static double now(void) { return (double)clock() / CLOCKS_PER_SEC; }
@@ -125,12 +125,13 @@ static double *gb_elem(const favor_tensor *t, size_t b)
 /* ---- gates -------------------------------------------------------------------- */
 
 /* log(sigmoid(x)), x ~ N(1, 1.5^2) (GS_MILD: N(7, 1.5^2)); GS_EXTREME: -20 at
- * t % 7 == 3, exactly 0 at t % 5 == 1 */
+ * t % 7 == 3, exactly 0 at t % 5 == 1; GS_RUNS: exactly 0 at t % 16 < 5 */
 static float draw_gate(tu_rng *r, int style, size_t t)
 {
     double x = (style == GS_MILD ? 7.0 : 1.0) + 1.5 * tu_normal(r);
     if (style == GS_EXTREME && t % 7 == 3) return -20.0f;
     if (style == GS_EXTREME && t % 5 == 1) return 0.0f;
+    if (style == GS_RUNS && t % 16 < 5) return 0.0f;
     return (float)-log1p(exp(-x)); /* log(sigmoid(x)) */
 }
 

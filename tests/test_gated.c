@@ -32,10 +32,16 @@
  *     n_k = 1100, n = 300, split into segments).
  * (3) Packed sequences with gates and decay: a packed call (4 sequences, one
  *     empty, n_k != n) equals one call per sequence bit for bit.
- * (4) Extend/step parity: one causal call vs favor_linear_extend(37 rows),
- *     5 favor_linear_step_ex, extend(138), 20 steps, gates and decay, ELU1 and
- *     POSITIVE, both forms: max diff <= 1e-5 * max|O_ref|, and both within (1)'s
- *     tolerance of the reference.
+ * (4) Extend/step parity: one causal call vs favor_linear_extend and
+ *     favor_linear_step_ex in turns (extend 37 rows, 5 steps, extend 138, 20
+ *     steps), ELU1 and POSITIVE, both forms: max diff <= 1e-5 * max|O_ref|, and
+ *     both within (1)'s tolerance of the reference. Gates and decay "mild" (every
+ *     pending block folds lazily, 4.11), "real" (some blocks decay by more than
+ *     FAVOR__SEP / 2: folded at once), "extreme" (-20: keys past FAVOR__SEP,
+ *     exact factors); and gates only, "runs" (extend 32, 64 steps, extend 40, 64
+ *     steps: the first run's pending blocks start with 5 tokens of gate 0, taken
+ *     by favor_linear_step, whose keys the first gated token rescales; the
+ *     second's have them inside).
  * (5) Validation: every refusal of the GATES rules (linear attention, softmax,
  *     extend, step_ex) returns its status and writes nothing (out keeps its
  *     sentinel bytes; a state keeps its bytes), and says why in opts.error; the
@@ -57,7 +63,7 @@
 #include "test_util.h"
 #include "test_views.h"
 
-static const char *const gstyle_names[] = { "real", "extreme", "mild" };
+static const char *const gstyle_names[] = { "real", "extreme", "mild", "runs" };
 
 /* ---- one problem: features, q/k/v/out, gates, decay, options ------------- */
 
@@ -409,22 +415,32 @@ static void test_gated_packed(void **state)
 
 static void test_gated_recurrent(void **state)
 {
-    static const gshape s = { 1, 4, 2, 200, 200, 16, 16, 32, 1, G_BOTH, GS_MILD, 0, 0 };
-    /* runs: extend, steps, extend, steps */
-    static const size_t runs[] = { 37, 5, 138, 20 };
+    /* gates and runs: extend, steps, extend, steps */
+    static const struct {
+        int gmode, gstyle;
+        size_t runs[4];
+    } cf[] = { { G_BOTH, GS_MILD, { 37, 5, 138, 20 } },
+               { G_BOTH, GS_REAL, { 37, 45, 98, 20 } },
+               { G_BOTH, GS_EXTREME, { 21, 70, 40, 69 } },
+               { G_GATES, GS_RUNS, { 32, 64, 40, 64 } } };
     static const favor_kernel ks[] = { FAVOR_ELU1, FAVOR_POSITIVE };
-    size_t k, i, t;
+    gshape s = { 1, 4, 2, 200, 200, 16, 16, 32, 1, G_BOTH, GS_MILD, 0, 0 };
+    size_t k, i, t, ci;
     int nn, fails = 0;
     double t0 = now();
     (void)state;
+    for (ci = 0; ci < sizeof cf / sizeof cf[0]; ++ci)
     for (k = 0; k < 2; ++k)
         for (nn = 0; nn < 2; ++nn) {
+            const size_t *runs = cf[ci].runs;
             prob p;
             gbuf O2;
             favor_state rs;
             float *store;
             favor_status st;
             size_t r0 = 0;
+            s.gmode = cf[ci].gmode;
+            s.gstyle = cf[ci].gstyle;
             if (prob_make(&p, &s, ks[k], nn, 500 + k)) {
                 ++fails;
                 continue;
@@ -441,7 +457,12 @@ static void test_gated_recurrent(void **state)
                     favor_tensor g = tv_rows(&p.G.t, r0, len);
                     favor_options eo = p.opt;
                     eo.gates = &g;
-                    if (i % 2) {
+                    if (i % 2 && s.gmode == G_GATES && gb_get(&p.G.t, 0, 0, r0, 0) == 0.0 &&
+                        gb_get(&p.G.t, 0, 1, r0, 0) == 0.0) { /* gate 0: as an ungated step */
+                        eo.gates = NULL;
+                        st = nn ? favor_linear_step_ex(&p.f, &rs, &q, &kk, &v, &o, &eo)
+                                : favor_linear_step(&p.f, &rs, &q, &kk, &v, &o);
+                    } else if (i % 2) {
                         eo.flags &= ~FAVOR_CAUSAL; /* optional for a step */
                         st = favor_linear_step_ex(&p.f, &rs, &q, &kk, &v, &o, &eo);
                     } else {
@@ -459,10 +480,11 @@ static void test_gated_recurrent(void **state)
                 double e2 = out_err(&p, &O2.t, ref, rtol, &r2);
                 double *one = gb_elem(&p.O.t, 0);
                 double par = out_err(&p, &O2.t, one, NULL, NULL);
-                print_message("recurrent %-8s %-7s: call - ref %.3g (err/tol %.4f), "
+                print_message("recurrent %-7s %-8s %-7s: call - ref %.3g (err/tol %.4f), "
                               "extend/step - ref %.3g (%.4f), extend/step - call %.3g "
-                              "(tol 1e-5 max|O_ref| = %.3g)\n", tu_kernel_name(ks[k]),
-                              nn ? "no_norm" : "norm", e1, r1, e2, r2, par, 1e-5 * omax);
+                              "(tol 1e-5 max|O_ref| = %.3g)\n", gstyle_names[s.gstyle],
+                              tu_kernel_name(ks[k]), nn ? "no_norm" : "norm", e1, r1, e2, r2,
+                              par, 1e-5 * omax);
                 if (!(r1 <= 1) || !(r2 <= 1) || !(par <= 1e-5 * omax)) {
                     print_error("  recurrent %s: out of tolerance\n", tu_kernel_name(ks[k]));
                     ++fails;
