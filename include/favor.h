@@ -5491,6 +5491,15 @@ static size_t favor__nsep(const double *dd, size_t n, double ref)
     return j;
 }
 
+/* keys j < n of kf (stride w) times their share exp(dd[j] - ref) (a share of 1
+ * left as it is) */
+static void favor__key_shares(float *kf, size_t w, const double *dd, double ref, size_t n)
+{
+    size_t j;
+    for (j = 0; j < n; ++j)
+        if (dd[j] != ref) favor__scal(kf + j * w, favor__s_exp((float)(dd[j] - ref)), w);
+}
+
 static size_t favor__chunk_floats(size_t C, size_t w) { return 3 * C * w + C * C + 4 * C; }
 
 static void favor__chunk_carve(favor__chunk *cb, float *p, size_t C, size_t w)
@@ -5698,8 +5707,7 @@ static int favor__chunk_keys(const favor__map *mp, float c, const float *K, size
         cb->nsep = 0;
     }
     favor__phi_finish(mp, cb->kf, w, nr, cb->rk, cb->mk);
-    for (j = 1; j < cb->nsep; ++j) /* the keys' share, exp(D_j - D_0) */
-        favor__scal(cb->kf + j * w, favor__s_exp((float)(cb->dd[j] - cb->dd[0])), w);
+    favor__key_shares(cb->kf, w, cb->dd, cb->ref, cb->nsep); /* gated: exp(D_j - D_0) */
     favor__transpose(nr, w, cb->kf, w, cb->kt, cb->cap);
     *mrun = m;
     return cb->lg || (favor__stabilized(mp->kernel) && cb->mk[0] != m);
@@ -6610,9 +6618,8 @@ static void favor__step_head(const favor__map *mp, favor_state *st, const favor_
         size_t j, ns = favor__nsep(dd, np + 1, cb.ref);
         int first = 1;
         for (j = 0; j < np; ++j) first &= pl[j] == 0.0f;
-        for (j = 0; first && j < np && j < ns; ++j) /* the block's first l != 0: the keys */
-            if (dd[j] != cb.ref)                      /* before it, at their m_j, get their share */
-                favor__scal(cb.kf + j * w, favor__s_exp((float)(dd[j] - cb.ref)), w);
+        if (first) /* the block's first l != 0: the keys before it, at their m_j, get theirs */
+            favor__key_shares(cb.kf, w, dd, cb.ref, ns < np ? ns : np);
         if (ns == np + 1) { /* every key in kf times exp(D_j - c): o's factor exp(c - D) is f */
             u = favor__s_exp((float)(dd[np] - cb.ref)); /* the new key's, applied to a_np */
             e = 1.0f;
@@ -9290,6 +9297,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__kahan_add_sc FAVOR__N(favor__kahan_add_sc)
 #define favor__kahan_axpy FAVOR__N(favor__kahan_axpy)
 #define favor__kernel_ok FAVOR__N(favor__kernel_ok)
+#define favor__key_shares FAVOR__N(favor__key_shares)
 #define favor__keys FAVOR__N(favor__keys)
 #define favor__lam_get FAVOR__N(favor__lam_get)
 #define favor__lam_set FAVOR__N(favor__lam_set)
@@ -9786,6 +9794,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__kahan_add_sc
 #undef favor__kahan_axpy
 #undef favor__kernel_ok
+#undef favor__key_shares
 #undef favor__keys
 #undef favor__lam_get
 #undef favor__lam_set
