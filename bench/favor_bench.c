@@ -4387,8 +4387,9 @@ static void gg_row(gg_run *R, const char *table, gg_bufs *b, size_t n, size_t n_
     peer_ggml *pg[2];
     peer_ggml_call pc;
     gg_call g[4];
-    double ratio[2], errs[2][2];
-    char why[128], line[256];
+    double ratio[2], errs[2][2], read[2], rd, gbs[2][2];
+    const int decode = strcmp(table, "decode") == 0;
+    char why[128], line[320];
     size_t len = 0;
     int t, bad;
     K[0] = favor_tensor_packed(b->k, hkv, n_k, d);
@@ -4423,7 +4424,11 @@ static void gg_row(gg_run *R, const char *table, gg_bufs *b, size_t n, size_t n_
         ++R->failures;
         goto done;
     }
+    /* decode rows: a plain read before the rounds and one after (read_pass: 0
+     * without the buffer, as in the prefill table) */
+    read[0] = decode ? read_pass() : 0;
     bad = gg_time(g, 4, rounds, 0.02);
+    read[1] = decode ? read_pass() : 0;
     if (bad >= 0) {
         printf(" | %s call failed\n", bad % 2 ? "ggml" : "favor.h");
         ++R->failures;
@@ -4438,7 +4443,16 @@ static void gg_row(gg_run *R, const char *table, gg_bufs *b, size_t n, size_t n_
         len += (size_t)snprintf(line + len, sizeof line - len, " | %11s %11s %6.2f", tg, tf,
                                 ratio[t]);
         errs[t][0] = errs[t][1] = -1;
+        /* K and V bytes over each call's median time (ggml's too: the cache's
+         * bytes, however often it reads them) */
+        gbs[t][0] = (double)(hkv * n_k * 2 * d) * (t ? 2 : 4) / g[2 * t].median * 1e-9;
+        gbs[t][1] = (double)(hkv * n_k * 2 * d) * (t ? 2 : 4) / g[2 * t + 1].median * 1e-9;
     }
+    rd = read[0] > 0 && read[1] > 0 ? (read[0] + read[1]) / 2 : 0;
+    if (rd > 0)
+        len += (size_t)snprintf(line + len, sizeof line - len, " | %5.1f %4.0f%% %4.0f%% %4.0f%% %4.0f%%",
+                                rd, 100 * gbs[0][1] / rd, 100 * gbs[0][0] / rd,
+                                100 * gbs[1][1] / rd, 100 * gbs[1][0] / rd);
     free(g[0].at);
     if (check)
         for (t = 0; t < 2; ++t) {
@@ -4463,9 +4477,13 @@ static void gg_row(gg_run *R, const char *table, gg_bufs *b, size_t n, size_t n_
                     n_k, d, hq, hkv, threads, t ? "f16" : "f32", 1e3 * g[2 * t + 1].median,
                     1e3 * g[2 * t].median, ratio[t]);
             if (errs[t][0] >= 0)
-                fprintf(R->csv, "%.3e,%.3e\n", errs[t][1], errs[t][0]);
+                fprintf(R->csv, "%.3e,%.3e,", errs[t][1], errs[t][0]);
             else
-                fprintf(R->csv, ",\n");
+                fprintf(R->csv, ",,");
+            if (rd > 0)
+                fprintf(R->csv, "%.3f,%.3f,%.3f\n", rd, gbs[t][1], gbs[t][0]);
+            else
+                fprintf(R->csv, ",,\n");
             fflush(R->csv);
         }
 done:
@@ -4568,8 +4586,10 @@ static void gg_decode(gg_run *R)
     static const size_t n_of[3] = {1, 4, 1}, hq_of[3] = {8, 8, 32};
     const config *c = R->c;
     const size_t hkv = 8, qmax = 32 * 4;
-    size_t budget = mem_available() / 4 * 3, ctxs[6];
+    size_t budget, ctxs[6], bw_bytes = c->quick ? (size_t)64 << 20 : (size_t)1 << 30;
     int nctx = 0, i, di, ci, si, ti;
+    double bw = measure_bandwidth(bw_bytes, c->quick ? 2 : 3, NULL);
+    budget = mem_available() / 4 * 3; /* with the read's buffer taken */
     for (i = 0; i < 6 && ctx_all[i] <= c->ggml_max_keys && !(c->quick && i > 0); ++i)
         ctxs[nctx++] = ctx_all[i];
     printf("\nDecode: causal (FAVOR_CAUSAL; ggml a mask with -inf where j > i + n_k - n,\n"
@@ -4577,15 +4597,23 @@ static void gg_decode(gg_run *R)
            "n_k keys; Q fp32, K and V fp32 or fp16, [kv head][row][d], each context a view\n"
            "of the first n_k rows of one cache per d. Time per call: median of %d\n"
            "interleaved rounds. Memory budget: %.1f GiB (3/4 of MemAvailable); a context\n"
-           "whose K and V (fp32 and fp16: 12 bytes per element) would pass it is skipped.\n\n",
-           7, (double)budget / (1 << 30));
+           "whose K and V (fp32 and fp16: 12 bytes per element) would pass it is skipped.\n"
+           "read: a plain one-thread read (a sum over %zu MiB, as in the decoding\n"
+           "section; %.1f GB/s at the start), the mean of one pass before a row's rounds\n"
+           "and one after; then each call's K and V bytes (the cache's, however often a\n"
+           "call reads them) over its median time, as %% of that read (ggml f32, favor.h\n"
+           "f32, ggml f16, favor.h f16; contexts in the caches, and 2 threads, can pass\n"
+           "100%%).\n\n",
+           7, (double)budget / (1 << 30), bw_bytes >> 20, bw);
     if (!nctx) {
         printf("no context: --ggml-max-keys is below 1024\n");
+        release_bandwidth_buffer();
         return;
     }
     printf("%4s %8s %5s %2s %3s", "d", "n_k", "q/kv", "n", "thr");
-    printf(gg_cols, "ggml f32", "favor f32", "ratio", "ggml f16", "favor f16", "ratio",
-           "check: max|err| favor/ggml");
+    printf(" | %11s %11s %6s | %11s %11s %6s | %5s %5s %5s %5s %5s | %s\n", "ggml f32",
+           "favor f32", "ratio", "ggml f16", "favor f16", "ratio", "read", "g32", "f32", "g16",
+           "f16", "check: max|err| favor/ggml");
     for (di = 0; di < c->decode_nds; ++di) {
         size_t d = c->decode_ds[di], cap = 0, len, per = 12 * hkv * d, extra;
         gg_bufs b;
@@ -4632,6 +4660,7 @@ static void gg_decode(gg_run *R)
                 }
         gg_free(&b);
     }
+    release_bandwidth_buffer();
 }
 
 /* The ggml tables. Returns the number of failures (a call that failed, or
@@ -4671,7 +4700,7 @@ static int run_ggml(const config *c, const char *cpu, int *checks)
                     "# favor_bench ggml peer: %s (%s); ggml %s, commit %s; load "
                     "average %.2f\n"
                     "table,causal,n,n_k,d,heads_q,heads_kv,threads,dtype,ggml_ms,favor_ms,"
-                    "ratio,ggml_err,favor_err\n",
+                    "ratio,ggml_err,favor_err,read_gbs,ggml_gbs,favor_gbs\n",
                     cpu, fam, peer_ggml_version(), gg_commit(), load_average());
     }
     gg_prefill(&R);
