@@ -4450,8 +4450,9 @@ static void gg_row(gg_run *R, const char *table, gg_bufs *b, size_t n, size_t n_
     }
     rd = read[0] > 0 && read[1] > 0 ? (read[0] + read[1]) / 2 : 0;
     if (rd > 0)
-        len += (size_t)snprintf(line + len, sizeof line - len, " | %5.1f %4.0f%% %4.0f%% %4.0f%% %4.0f%%",
-                                rd, 100 * gbs[0][1] / rd, 100 * gbs[0][0] / rd,
+        len += (size_t)snprintf(line + len, sizeof line - len,
+                                " | %5.1f %4.0f%% %4.0f%% %4.0f%% %4.0f%%", rd,
+                                100 * gbs[0][1] / rd, 100 * gbs[0][0] / rd,
                                 100 * gbs[1][1] / rd, 100 * gbs[1][0] / rd);
     free(g[0].at);
     if (check)
