@@ -34,8 +34,9 @@
  *     empty, n_k != n) equals one call per sequence bit for bit.
  * (4) Extend/step parity: one causal call vs favor_linear_extend and
  *     favor_linear_step_ex in turns (extend, steps, extend, steps: 37, 5, 138
- *     and 20 rows for the mild gates, cf[] for the others), ELU1 and POSITIVE, both forms: max diff <= 1e-5 * max|O_ref|, and
- *     both within (1)'s tolerance of the reference. Gates and decay "mild" (every
+ *     and 20 rows for the mild gates, cf[] for the others), ELU1 and POSITIVE,
+ *     both forms: max diff <= 1e-5 * max|O_ref|, and both within (1)'s
+ *     tolerance of the reference. Gates and decay "mild" (every
  *     pending block folds lazily, 4.11), "real" (some blocks decay by more than
  *     FAVOR__SEP / 2: folded at once), "extreme" (-20: keys past FAVOR__SEP,
  *     exact factors); and gates only, "runs" (extend 32, 64 steps, extend 40, 64
