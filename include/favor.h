@@ -1838,15 +1838,6 @@ static void favor__divs(float *y, float a, size_t n)
     for (i = nv; i < n; ++i) y[i] /= a;
 }
 
-/* y = max(y, x) elementwise */
-static void favor__vmax(float *y, const float *x, size_t n)
-{
-    size_t i, nv = n - n % FAVOR__W;
-    for (i = 0; i < nv; i += FAVOR__W)
-        favor__v_store(y + i, favor__v_max(favor__v_load(x + i), favor__v_load(y + i)));
-    for (i = nv; i < n; ++i) y[i] = favor__s_max(x[i], y[i]);
-}
-
 /* y += x elementwise */
 static void favor__vadd(float *y, const float *x, size_t n)
 {
@@ -1878,22 +1869,70 @@ static void favor__vmul(float *y, const float *x, size_t n)
  * s with the core's flush-to-zero mode set, 1.3-1.7 s with only the subnormal P
  * made 0, and 0.74-1.08 s with this floor). Every backend flushes alike. */
 #define FAVOR__LN_P_MIN (-69.31471806f) /* ln 2^-100 */
+static inline favor__vf favor__v_exp_sub(favor__vf y, favor__vf c)
+{
+    const favor__vf zero = favor__v_set1(0.0f), lo = favor__v_set1(FAVOR__LN_P_MIN);
+    favor__vf x = favor__v_min(zero, favor__v_sub(y, c));
+    /* lo - x > 0: below the floor (-inf too); NaN keeps exp's NaN */
+    return favor__v_pos_select(favor__v_sub(lo, x), zero, favor__v_expneg(favor__v_max(lo, x)));
+}
+static inline float favor__s_exp_sub(float y, float c)
+{
+    float x = favor__s_min(0.0f, y - c);
+    return favor__s_pos_select(FAVOR__LN_P_MIN - x, 0.0f,
+                               favor__s_expneg(favor__s_max(FAVOR__LN_P_MIN, x)));
+}
 static void favor__exp_sub(float *y, const float *c, size_t n)
 {
     size_t i, nv = n - n % FAVOR__W;
-    const favor__vf zero = favor__v_set1(0.0f), lo = favor__v_set1(FAVOR__LN_P_MIN);
-    for (i = 0; i < nv; i += FAVOR__W) {
-        favor__vf x =
-            favor__v_min(zero, favor__v_sub(favor__v_load(y + i), favor__v_load(c + i)));
-        /* lo - x > 0: below the floor (-inf too); NaN keeps exp's NaN */
-        favor__v_store(y + i, favor__v_pos_select(favor__v_sub(lo, x), zero,
-                                                  favor__v_expneg(favor__v_max(lo, x))));
+    for (i = 0; i < nv; i += FAVOR__W)
+        favor__v_store(y + i, favor__v_exp_sub(favor__v_load(y + i), favor__v_load(c + i)));
+    for (i = nv; i < n; ++i) y[i] = favor__s_exp_sub(y[i], c[i]);
+}
+
+/* The columns c < n of an nb x n block A (rows lda apart, nb >= 1) reduced down
+ * their rows, each column's chain kept in registers: mx[c] = the maximum (a NaN
+ * ignored unless in the first row), and in favor__cols_exp_sum each element
+ * becomes favor__exp_sub's exp(min(a - c_[c], 0)), sum[c] their sum, the rows
+ * in order. The prefill's statistics of a tile (favor__softmax_stats) took a
+ * row at a time into a row of results, max and add through a store and a load
+ * per row, and exp in a pass of its own: here the same bits, the prefill
+ * 0.95-0.99x the time (Xeon model 167, 8 heads, n = 1024 and 4096, d = 64 and
+ * 128, causal or not, one and two threads). */
+static void favor__cols_max(const float *A, size_t lda, size_t nb, size_t n, float *mx)
+{
+    size_t c, j, nv = n - n % FAVOR__W;
+    for (c = 0; c < nv; c += FAVOR__W) {
+        favor__vf m0 = favor__v_load(A + c), m1 = m0;
+        for (j = 1; j + 1 < nb; j += 2) {
+            m0 = favor__v_max(favor__v_load(A + j * lda + c), m0);
+            m1 = favor__v_max(favor__v_load(A + (j + 1) * lda + c), m1);
+        }
+        if (j < nb) m0 = favor__v_max(favor__v_load(A + j * lda + c), m0);
+        favor__v_store(mx + c, favor__v_max(m1, m0));
     }
-    for (i = nv; i < n; ++i) {
-        float x = favor__s_min(0.0f, y[i] - c[i]);
-        y[i] = favor__s_pos_select(FAVOR__LN_P_MIN - x, 0.0f,
-                                   favor__s_expneg(favor__s_max(FAVOR__LN_P_MIN, x)));
+    for (; c < n; ++c)
+        for (mx[c] = A[c], j = 1; j < nb; ++j) mx[c] = favor__s_max(A[j * lda + c], mx[c]);
+}
+static void favor__cols_exp_sum(float *A, size_t lda, size_t nb, size_t n, const float *c_,
+                                float *sum)
+{
+    size_t c, j, nv = n - n % FAVOR__W;
+    for (c = 0; c < nv; c += FAVOR__W) {
+        const favor__vf cv = favor__v_load(c_ + c);
+        favor__vf s = favor__v_set1(0.0f);
+        for (j = 0; j < nb; ++j) {
+            favor__vf e = favor__v_exp_sub(favor__v_load(A + j * lda + c), cv);
+            favor__v_store(A + j * lda + c, e);
+            s = favor__v_add(s, e);
+        }
+        favor__v_store(sum + c, s);
     }
+    for (; c < n; ++c)
+        for (sum[c] = 0.0f, j = 0; j < nb; ++j) {
+            A[j * lda + c] = favor__s_exp_sub(A[j * lda + c], c_[c]);
+            sum[c] += A[j * lda + c];
+        }
 }
 
 /* y[t] += a |b + c t| for t < n <= FAVOR__RAMP (ALiBi's distance term: b, c
@@ -4494,14 +4533,11 @@ static void favor__softmax_stats(float *St, size_t nb, float *m, double *l, floa
                                  float *mc, float *tmp)
 {
     const size_t BQ = FAVOR__BQ;
-    size_t j, r;
-    memcpy(tmp, St, BQ * sizeof(float));
-    for (j = 1; j < nb; ++j) favor__vmax(tmp, St + j * BQ, BQ);
+    size_t r;
+    favor__cols_max(St, BQ, nb, BQ, tmp);
     for (r = 0; r < BQ; ++r) mc[r] = favor__online_max(m + r, tmp[r], alpha + r);
     favor__exp_add(alpha, alpha, 0.0f, BQ);
-    for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, mc, BQ);
-    memcpy(tmp, St, BQ * sizeof(float)); /* the tile's sums */
-    for (j = 1; j < nb; ++j) favor__vadd(tmp, St + j * BQ, BQ);
+    favor__cols_exp_sum(St, BQ, nb, BQ, mc, tmp); /* the tile's sums */
     for (r = 0; r < BQ; ++r) l[r] = l[r] * alpha[r] + tmp[r];
 }
 
@@ -9231,7 +9267,9 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__chunk_rows FAVOR__N(favor__chunk_rows)
 #define favor__chunk_scores FAVOR__N(favor__chunk_scores)
 #define favor__cols FAVOR__N(favor__cols)
+#define favor__cols_exp_sum FAVOR__N(favor__cols_exp_sum)
 #define favor__cols_in FAVOR__N(favor__cols_in)
+#define favor__cols_max FAVOR__N(favor__cols_max)
 #define favor__cols_out FAVOR__N(favor__cols_out)
 #define favor__dec FAVOR__N(favor__dec)
 #define favor__decode_block FAVOR__N(favor__decode_block)
@@ -9399,6 +9437,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__s_div FAVOR__N(favor__s_div)
 #define favor__s_elu1 FAVOR__N(favor__s_elu1)
 #define favor__s_exp FAVOR__N(favor__s_exp)
+#define favor__s_exp_sub FAVOR__N(favor__s_exp_sub)
 #define favor__s_expneg FAVOR__N(favor__s_expneg)
 #define favor__s_fma FAVOR__N(favor__s_fma)
 #define favor__s_from_ FAVOR__N(favor__s_from_)
@@ -9503,6 +9542,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__unstage FAVOR__N(favor__unstage)
 #define favor__v_ FAVOR__N(favor__v_)
 #define favor__v_elu1 FAVOR__N(favor__v_elu1)
+#define favor__v_exp_sub FAVOR__N(favor__v_exp_sub)
 #define favor__v_load_ FAVOR__N(favor__v_load_)
 #define favor__v_store_ FAVOR__N(favor__v_store_)
 #define favor__v_sums FAVOR__N(favor__v_sums)
@@ -9510,7 +9550,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__v_transpose FAVOR__N(favor__v_transpose)
 #define favor__vadd FAVOR__N(favor__vadd)
 #define favor__vf FAVOR__N(favor__vf)
-#define favor__vmax FAVOR__N(favor__vmax)
 #define favor__vmul FAVOR__N(favor__vmul)
 #define favor__vu FAVOR__N(favor__vu)
 #define favor__why FAVOR__N(favor__why)
@@ -9728,7 +9767,9 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__chunk_rows
 #undef favor__chunk_scores
 #undef favor__cols
+#undef favor__cols_exp_sum
 #undef favor__cols_in
+#undef favor__cols_max
 #undef favor__cols_out
 #undef favor__dec
 #undef favor__decode_block
@@ -9896,6 +9937,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__s_div
 #undef favor__s_elu1
 #undef favor__s_exp
+#undef favor__s_exp_sub
 #undef favor__s_expneg
 #undef favor__s_fma
 #undef favor__s_from_
@@ -10000,6 +10042,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__unstage
 #undef favor__v_
 #undef favor__v_elu1
+#undef favor__v_exp_sub
 #undef favor__v_load_
 #undef favor__v_store_
 #undef favor__v_sums
@@ -10007,7 +10050,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__v_transpose
 #undef favor__vadd
 #undef favor__vf
-#undef favor__vmax
 #undef favor__vmul
 #undef favor__vu
 #undef favor__why
