@@ -683,17 +683,19 @@ static void set_row(const favor_tensor *t, size_t j, float x)
         for (c = 0; c < t->cols; ++c) ((float *)t->data)[h * t->head_stride + j * t->row_stride + c] = x;
 }
 
+/* Four causal rows of 4 query heads on one (R = 16 rows per key/value head) and
+ * of 16 heads (R = 64: scored key-major, favor__decode_lanes, on every backend) */
 static void test_decode_no_future_dependence(void **state)
 {
-    static const size_t nks[] = { 1000, 513 };
+    static const size_t nks[] = { 1000, 513, 700 }, hqs[] = { 4, 4, 16 };
     static const float bad[] = { 1e30f, -1e30f, INFINITY, -INFINITY, NAN };
     static const char *bad_name[] = { "1e30", "-1e30", "inf", "-inf", "NaN" };
-    const size_t hq = 4, hkv = 1, n = 4, d = 32, dv = 32;
+    const size_t hkv = 1, n = 4, d = 32, dv = 32;
     size_t ni, back, bi, where;
     int fails = 0;
     (void)state;
     for (ni = 0; ni < sizeof nks / sizeof nks[0]; ++ni) {
-        size_t nk = nks[ni];
+        size_t nk = nks[ni], hq = hqs[ni];
         tu_rng rng;
         tv_buf Q, K, V, O0, O1;
         float *l0 = lse_make(hq * n), *l1 = lse_make(hq * n);
@@ -759,9 +761,9 @@ static void test_decode_no_future_dependence(void **state)
                         ++fails;
                     }
                 }
-            print_message("no future dependence: nk %u, key %u (+-1e30, +-inf, NaN in K, "
-                          "in V): rows [0, %u) checked\n", (unsigned)nk, (unsigned)j,
-                          (unsigned)clean);
+            print_message("no future dependence: hq %u nk %u, key %u (+-1e30, +-inf, NaN in "
+                          "K, in V): rows [0, %u) checked\n", (unsigned)hq, (unsigned)nk,
+                          (unsigned)j, (unsigned)clean);
         }
         free(l0);
         free(l1);

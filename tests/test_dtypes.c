@@ -448,6 +448,10 @@ static void test_forward(void **state)
          * (favor__dots_side); 69 columns leave a remainder on every backend */
         { 4, 4, 4, 150, 69, 24 },
         { 6, 1, 1, 150, 69, 24 },
+        /* decode, 32 rows scored key-major (favor__decode_lanes, on every backend):
+         * the 16-bit call's widened tiles against the fp32 call's in place, bit for
+         * bit, the causal last tile's keys cut per position */
+        { 8, 1, 4, 150, 40, 24 },
         { 4, 2, 70, 130, 16, 12 }, /* prefill, n_k > n */
         { 2, 1, 130, 65, 9, 16 },  /* prefill, n_k < n (causal rows that see nothing) */
     };

@@ -63,6 +63,8 @@ static const vcase cases[] = {
     { 8, 2,   1, 1500, 64, 64, 1, 300,  -1,      5.0f, 0, 1, 1.0 }, /* decode, shared tiles */
     { 2, 1,   1, 1200, 32, 32, 1, 600,  -1,      0.0f, 1, 0, 1.0 }, /* decode, direct */
     { 4, 4,   5,  700, 16, 16, 0, 100,   3,      0.0f, 1, 1, 1.0 }, /* decode, partial tiles */
+    { 8, 1,   4,  700, 32, 32, 1, 200,  -1,      4.0f, 0, 1, 1.0 }, /* decode, 32 rows
+                                                                         key-major */
     { 1, 1,  80,   50,  8,  8, 0,   2,   0,      0.0f, 0, 1, 1.0 }, /* right 0, rows with none */
     { 2, 1,  70,   70, 16, 16, 1,   0,  -1,      1.0f, 1, 0, 1.0 }, /* a window of one key */
     { 2, 2,  40,   40, 16, 16, 0,  -1,  -1,      0.0f, 0, 0, 1.0 }, /* unbounded both sides */
