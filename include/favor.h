@@ -399,6 +399,10 @@
  *          token keeps its log-gate: favor_state_floats grows by heads*16.
  *          A subnormal softcap is FAVOR_E_ARG (1/c is infinite).
  *          FAVOR_DISPATCH (RUNTIME DISPATCH) and favor_set_backend.
+ *          Softmax decoding of 32 or more rows per key/value head (whole
+ *          vectors of them, no mask or ALiBi) scores them key-major: their
+ *          rounding differs from the row-by-row path's; the workspace grows by
+ *          R d floats per thread.
  */
 #ifndef FAVOR_H_INCLUDED
 #define FAVOR_H_INCLUDED
@@ -4674,12 +4678,18 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
 
 typedef favor__sm favor__dec;
 
-/* 1 when the R rows of a decode call are scored key-major (favor__decode_lanes):
- * R >= FAVOR__DEC_LANES and whole vectors of rows, and no mask or ALiBi, whose
- * terms differ from lane to lane (x->R set) */
+/* 1 when the workspace of a decode call holds Qs^T for favor__decode_lanes:
+ * R >= FAVOR__DEC_LANES and no mask or ALiBi, whose terms differ from lane to
+ * lane (x->R set). The same for every backend, so that a size queried under one
+ * holds for the others (FAVOR_DISPATCH, favor_set_backend). */
+static int favor__dec_lanes_room(const favor__dec *x)
+{
+    return x->R >= FAVOR__DEC_LANES && !x->md.mask && !x->md.alibi;
+}
+/* 1 when the R rows are scored key-major: that, and whole vectors of rows */
 static int favor__dec_lanes(const favor__dec *x)
 {
-    return x->R >= FAVOR__DEC_LANES && x->R % FAVOR__W == 0 && !x->md.mask && !x->md.alibi;
+    return favor__dec_lanes_room(x) && x->R % FAVOR__W == 0;
 }
 
 /* The decode layout of a call: R, the blocks, and the floats of its workspace
@@ -4698,7 +4708,7 @@ static size_t favor__decode_floats(favor__dec *x, size_t hkv, size_t nt, size_t 
     x->nblk = beg < end ? (end + FAVOR__DEC_BLOCK - 1) / FAVOR__DEC_BLOCK - x->b0 : 0;
     if (!favor__mul_ok(x->grp, x->n, &x->R) ||
         !favor__add_ok(x->d, 2 * FAVOR__BK, &per) ||
-        !favor__add_ok(per, x->md.mask ? FAVOR__BK : favor__dec_lanes(x) ? x->d : 0, &per) ||
+        !favor__add_ok(per, x->md.mask ? FAVOR__BK : favor__dec_lanes_room(x) ? x->d : 0, &per) ||
         !favor__mul_ok(per, x->R, &per) ||
         !favor__add_ok(per, x->dv + favor__io_floats(x->k, FAVOR__BK) +
                                 favor__io_floats(x->v, FAVOR__BK), &per) ||
@@ -4772,8 +4782,8 @@ static int favor__same_prev(const favor__dec *x, const size_t *pka, const size_t
  * no dot product is reduced across the lanes of a vector; then A += P V with P
  * = St^T read in place. Both products are favor__gemm, the scores a slice of
  * keys at a time, each slice followed by its share of the next tile's rows,
- * asked for into L2 (into L1 they took up to 1.1x the time; with none, fp32
- * rows read in place took up to 1.4x). Against favor__decode_block's rows
+ * asked for into L2 (into L1, up to 1.15x the time; with none, fp32 rows read
+ * in place took up to 1.4x). Against favor__decode_block's rows
  * (scored four at a time, each row's products reduced by favor__v_sums, then
  * one favor__gemm), for R >= 32 rows with R a multiple of the vector width
  * (FAVOR__DEC_LANES; 32 query heads on 8 with 8 rows, 64 on 8 with 4, 8 on 8
@@ -9366,6 +9376,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__cols_out FAVOR__N(favor__cols_out)
 #define favor__dec FAVOR__N(favor__dec)
 #define favor__dec_lanes FAVOR__N(favor__dec_lanes)
+#define favor__dec_lanes_room FAVOR__N(favor__dec_lanes_room)
 #define favor__decode_block FAVOR__N(favor__decode_block)
 #define favor__decode_floats FAVOR__N(favor__decode_floats)
 #define favor__decode_lanes FAVOR__N(favor__decode_lanes)
@@ -9869,6 +9880,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__cols_out
 #undef favor__dec
 #undef favor__dec_lanes
+#undef favor__dec_lanes_room
 #undef favor__decode_block
 #undef favor__decode_floats
 #undef favor__decode_lanes

@@ -38,6 +38,12 @@ favor_status scalar_softmax_attention(const favor_tensor *q, const favor_tensor 
     return favor_softmax_attention(q, k, v, out, opts);
 }
 
+size_t scalar_softmax_attention_workspace(const favor_tensor *q, const favor_tensor *k,
+                                          const favor_tensor *v, const favor_options *opts)
+{
+    return favor_softmax_attention_workspace(q, k, v, opts);
+}
+
 favor_status scalar_features_init(favor_features *f, favor_kernel kernel, size_t dim,
                                   size_t count, unsigned flags, unsigned long long seed,
                                   float *storage)

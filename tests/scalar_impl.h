@@ -18,6 +18,9 @@ favor_status scalar_softmax_attention(const favor_tensor *q, const favor_tensor 
                                       const favor_tensor *v, const favor_tensor *out,
                                       const favor_options *opts);
 
+size_t scalar_softmax_attention_workspace(const favor_tensor *q, const favor_tensor *k,
+                                          const favor_tensor *v, const favor_options *opts);
+
 favor_status scalar_features_init(favor_features *f, favor_kernel kernel, size_t dim,
                                   size_t count, unsigned flags, unsigned long long seed,
                                   float *storage);

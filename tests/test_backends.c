@@ -8,6 +8,8 @@
  *   softmax attention          max |O - O_scalar| <= 5e-7 * max|V|   (TOL_SOFTMAX)
  *     d in {16, 64, 100}, n in {1, 67, 300}, n_k = n or n + 45, causal and
  *     not, grouped-query 4:2 / 2:1 and not
+ *   softmax workspace query    the same bytes (decode shapes of 1 to 64 rows
+ *                              per key/value head, and a prefill shape)
  *   elu+1 linear attention     max |O - O_scalar| <= 5e-7 * max|V|   (TOL_ELU1)
  *   and its recurrent step
  *   random-feature linear      max |O - O_scalar| <= 5e-6 * max|O_scalar|
@@ -291,6 +293,52 @@ static void test_softmax_agree(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* The softmax workspace queried under the build's backend and under the scalar
+ * one is the same size: a program that queries it once may run the call under
+ * any backend (FAVOR_DISPATCH, favor_set_backend). Decode shapes of R = 8 to 64
+ * rows per key/value head, whole vectors of rows on some backends and not on
+ * others (32 and more are scored key-major where they are whole vectors), fp32
+ * and fp16 K and V, with and without ALiBi (which keeps the rows row-major), one
+ * and two threads; and a prefill shape. */
+static void test_softmax_workspace_agree(void **state)
+{
+    static const size_t shapes[][3] = { /* hq, hkv, n */
+        { 8, 8, 1 }, { 8, 1, 1 }, { 4, 1, 4 }, { 12, 2, 4 }, { 32, 8, 8 }, { 9, 1, 4 },
+        { 10, 1, 4 }, { 12, 1, 4 }, { 16, 1, 4 }, { 2, 1, 32 }, { 4, 2, 100 } };
+    static const float slopes[32] = { 0.5f };
+    static uint16_t kv16[8 * 300 * 64];
+    static float q[32 * 100 * 64], kv[8 * 300 * 64];
+    size_t si, alibi, half, threads;
+    int fails = 0;
+    (void)state;
+    for (si = 0; si < sizeof shapes / sizeof shapes[0]; ++si)
+        for (half = 0; half < 2; ++half)
+            for (alibi = 0; alibi < 2; ++alibi)
+                for (threads = 1; threads <= 2; ++threads) {
+                    size_t hq = shapes[si][0], hkv = shapes[si][1], n = shapes[si][2], a, b;
+                    favor_dtype t = half ? FAVOR_F16 : FAVOR_F32;
+                    void *kvp = half ? (void *)kv16 : (void *)kv;
+                    favor_tensor Q = favor_tensor_packed(q, hq, n, 64),
+                                 K = favor_tensor_packed_as(t, kvp, hkv, 300, 64),
+                                 V = favor_tensor_packed_as(t, kvp, hkv, 300, 64);
+                    favor_options opt = favor_default_options();
+                    opt.flags = FAVOR_CAUSAL;
+                    opt.threads = (int)threads;
+                    opt.alibi = alibi ? slopes : NULL;
+                    a = favor_softmax_attention_workspace(&Q, &K, &V, &opt);
+                    b = scalar_softmax_attention_workspace(&Q, &K, &V, &opt);
+                    if (a == 0 || a != b) {
+                        print_error("  hq %u hkv %u n %u %s%s, %u threads: %zu bytes (%s), "
+                                    "%zu (scalar)\n", (unsigned)hq, (unsigned)hkv,
+                                    (unsigned)n, half ? "fp16" : "fp32",
+                                    alibi ? " alibi" : "", (unsigned)threads, a,
+                                    favor_backend(), b);
+                        ++fails;
+                    }
+                }
+    assert_int_equal(fails, 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Linear attention and the recurrent step */
 
@@ -534,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_backend_names),
         cmocka_unit_test(test_same_w),
         cmocka_unit_test(test_softmax_agree),
+        cmocka_unit_test(test_softmax_workspace_agree),
         cmocka_unit_test(test_linear_agree),
         cmocka_unit_test(test_feature_map_agree),
         cmocka_unit_test(test_step_agree),
