@@ -4789,13 +4789,13 @@ static int favor__same_prev(const favor__dec *x, const size_t *pka, const size_t
  * (FAVOR__DEC_LANES; 32 query heads on 8 with 8 rows, 64 on 8 with 4, 8 on 8
  * with 32; 16384 and 262144 keys, d = 64 and 128, fp32 and fp16): 0.68-1.01x
  * the time (Xeon model 167, AVX-512, one thread), 0.76-0.96x on two threads and
- * 0.84-0.97x in the AVX2 build at 65536 keys. At 16 rows it took 0.82-0.95x
- * the time from 16384 keys at d = 64 but 1.05-1.2x from 65536 keys on (there
- * favor__decode_block's rows stay). The sums add in another order than theirs
- * (the results agree to rounding, not bit for bit). The keys a position's rows
- * do not see are -inf in St and out of their P V (a NaN or inf there cannot
- * reach them), as in favor__decode_block. Scratch: 3 R floats from St + R BK
- * (the second half of decode_block's S). */
+ * 0.84-0.97x in the AVX2 build at 65536 keys. At 16 rows it took 0.82-0.93x
+ * the time at d = 64 and 16384 keys, but 0.95-1.09x at 65536 and 0.97-1.1x at
+ * d = 128 (there favor__decode_block's rows stay). The sums add in another order
+ * than theirs (the results agree to rounding, not bit for bit). The keys a
+ * position's rows do not see are -inf in St and out of their P V (a NaN or inf
+ * there cannot reach them), as in favor__decode_block. Scratch: 3 R floats from
+ * St + R BK (the second half of decode_block's S). */
 static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const float *K,
                                 size_t ldk, const float *V, size_t ldv, const float *Qt,
                                 float *St, float *P, const favor__ahead *ahead)
