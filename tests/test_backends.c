@@ -295,7 +295,7 @@ static void test_softmax_agree(void **state)
 
 /* The softmax workspace queried under the build's backend and under the scalar
  * one is the same size: a program that queries it once may run the call under
- * any backend (FAVOR_DISPATCH, favor_set_backend). Decode shapes of R = 8 to 64
+ * any backend (FAVOR_DISPATCH, favor_set_backend). Decode shapes of R = 1 to 64
  * rows per key/value head, whole vectors of rows on some backends and not on
  * others (32 and more are scored key-major where they are whole vectors), fp32
  * and fp16 K and V, with and without ALiBi (which keeps the rows row-major), one
