@@ -4775,6 +4775,29 @@ static int favor__same_prev(const favor__dec *x, const size_t *pka, const size_t
     return 1;
 }
 
+/* A += P V for the tile [j0, j0 + nb) of a decode work item, P's element (row r,
+ * key j) at S[r lda + j csa] (favor__decode_block: row-major, lda = BK; key-major
+ * in favor__decode_lanes: lda = 1, csa = R): one favor__gemm when every row
+ * sees the whole tile (full), else each position's rows over only the keys they
+ * see (a NaN or inf in V past them cannot reach them) */
+static void favor__decode_pv(const favor__dec *x, size_t j0, size_t nb, const float *S,
+                             size_t lda, size_t csa, const float *V, size_t ldv, float *P,
+                             int full)
+{
+    const size_t rec = x->dv + 2;
+    size_t i, ka, kb;
+    if (full) {
+        favor__gemm(x->R, x->dv, nb, S, lda, csa, V, ldv, P + 2, rec, 1);
+        return;
+    }
+    for (i = 0; i < x->n; ++i) {
+        favor__tile_keys(x, i, j0, nb, &ka, &kb);
+        if (kb > ka)
+            favor__gemm(x->grp, x->dv, kb - ka, S + i * x->grp * lda + ka * csa, lda, csa,
+                        V + ka * ldv, ldv, P + i * x->grp * rec + 2, rec, 1);
+    }
+}
+
 /* The tile [j0, j0 + nb) for the R rows of a key/value head scored key-major,
  * as the prefill scores a query block: St = K_tile Qt (nb x R: a key per row of
  * St, a query row per lane; Qt = Qs^T, d x R), so each row's maximum and sum
@@ -4833,16 +4856,7 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
         pr[1] = pr[1] * al[r] + mx[r];
         if (al[r] != 1.0f) favor__scal(pr + 2, al[r], dv);
     }
-    if (full) {
-        favor__gemm(R, dv, nb, St, 1, R, V, ldv, P + 2, rec, 1);
-        return;
-    }
-    for (i = 0; i < x->n; ++i) { /* each position's rows take only the keys they see */
-        favor__tile_keys(x, i, j0, nb, &ka, &kb);
-        if (kb > ka)
-            favor__gemm(x->grp, dv, kb - ka, St + ka * R + i * x->grp, 1, R, V + ka * ldv, ldv,
-                        P + i * x->grp * rec + 2, rec, 1);
-    }
+    favor__decode_pv(x, j0, nb, St, 1, R, V, ldv, P, full);
 }
 
 /* work item (g, b): the partials of block b of key/value head g, over the tiles
@@ -5027,15 +5041,7 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             Sp = Sc;
             continue;
         }
-        if (full)
-            favor__gemm(R, dv, nb, S, BK, 1, (const float *)V, ldv, P + 2, rec, 1);
-        else /* each position's rows take only the keys they see */
-            for (i = 0; i < x->n; ++i) {
-                favor__tile_keys(x, i, j0, nb, &ka, &kb);
-                if (kb > ka)
-                    favor__gemm(x->grp, dv, kb - ka, S + i * x->grp * BK + ka, BK, 1,
-                                (const float *)V + ka * ldv, ldv, P + i * x->grp * rec + 2, rec, 1);
-            }
+        favor__decode_pv(x, j0, nb, S, BK, 1, (const float *)V, ldv, P, full);
     }
     /* direct rows: the last tile's P V; four rows at once when they took the
      * same keys (fp16, d = 64, 32 query heads on 8, 16384 keys: row by row,
@@ -9383,6 +9389,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__decode_mask FAVOR__N(favor__decode_mask)
 #define favor__decode_merge FAVOR__N(favor__decode_merge)
 #define favor__decode_plan FAVOR__N(favor__decode_plan)
+#define favor__decode_pv FAVOR__N(favor__decode_pv)
 #define favor__den_eff FAVOR__N(favor__den_eff)
 #define favor__dg_finish FAVOR__N(favor__dg_finish)
 #define favor__divide FAVOR__N(favor__divide)
@@ -9887,6 +9894,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__decode_mask
 #undef favor__decode_merge
 #undef favor__decode_plan
+#undef favor__decode_pv
 #undef favor__den_eff
 #undef favor__dg_finish
 #undef favor__divide
