@@ -1,0 +1,243 @@
+/* favor_ab: the speed of two or more builds of favor.h in one process, their
+ * calls interleaved, and whether their outputs agree bit for bit
+ * (bench/README.md, "Comparing two versions of the header").
+ *
+ *   favor_ab [--rounds R] [--min-ms M] [--expect-same] LIB.so... -- CASE...
+ *   CASE: decode:N_KEYS:D:TYPE:HQ/HK:ROWS:THREADS   (causal, the last ROWS rows)
+ *         prefill:N:D:TYPE:HQ/HK:causal|full:THREADS
+ *   TYPE: f32, f16 or bf16 (K and V; Q and O are fp32)
+ *
+ * Each LIB.so is bench/favor_ab_lib.c built against one favor.h
+ * (bench/favor_ab.sh builds them from files or git revisions). On a shared
+ * machine whose clock drifts, two programs run one after the other can differ
+ * by more than the change measured: here every round times each build once (a
+ * sample: calls repeated for at least M ms), the builds in an order that
+ * rotates from round to round, and a build's ratio is the median over the
+ * rounds of its time over build 0's in the same round. Also printed: each
+ * build's median time and the range of its ratios. POSIX (dlopen). */
+#define _POSIX_C_SOURCE 200809L
+#include "favor_ab.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define AB_MAX_LIBS 16
+#define AB_MAX_ROUNDS 101
+
+static double ab_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int ab_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double ab_median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof *x, ab_cmp);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static unsigned long long ab_state = 0x9e3779b97f4a7c15ull;
+static unsigned long long ab_next(void)
+{
+    ab_state ^= ab_state << 13;
+    ab_state ^= ab_state >> 7;
+    ab_state ^= ab_state << 17;
+    return ab_state;
+}
+/* uniform in [-1, 1) */
+static float ab_uniform(void)
+{
+    return (float)((double)(ab_next() >> 11) * (1.0 / 4503599627370496.0) - 1.0);
+}
+
+/* n elements of type t: fp32 uniform in [-1, 1); fp16 of magnitude [1/16, 1)
+ * (sign, exponent 11 to 14 and mantissa drawn as bits: no conversion needed);
+ * bf16 the top half of such a float */
+static void ab_fill(void *p, int t, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        if (t == 0) {
+            ((float *)p)[i] = ab_uniform();
+        } else if (t == 1) {
+            unsigned long long r = ab_next();
+            ((unsigned short *)p)[i] =
+                (unsigned short)(((r >> 63) << 15) | ((11 + (r >> 40) % 4) << 10) | (r & 0x3ff));
+        } else {
+            float f = ab_uniform();
+            unsigned int u;
+            memcpy(&u, &f, sizeof u);
+            ((unsigned short *)p)[i] = (unsigned short)(u >> 16);
+        }
+    }
+}
+
+static int ab_parse_case(const char *s, favor_ab_case *c)
+{
+    char kind[16], type[8], mode[8];
+    unsigned long nk, d, hq, hk, rows = 0;
+    int threads, used = 0;
+    memset(c, 0, sizeof *c);
+    if (sscanf(s, "%15[a-z]:%lu:%lu:%7[a-z0-9]:%lu/%lu:%n", kind, &nk, &d, type, &hq, &hk,
+               &used) != 6 || !used)
+        return 0;
+    s += used;
+    if (!strcmp(kind, "decode")) {
+        if (sscanf(s, "%lu:%d", &rows, &threads) != 2) return 0;
+        c->decode = c->causal = 1;
+    } else if (!strcmp(kind, "prefill")) {
+        if (sscanf(s, "%7[a-z]:%d", mode, &threads) != 2) return 0;
+        if (strcmp(mode, "causal") && strcmp(mode, "full")) return 0;
+        c->causal = !strcmp(mode, "causal");
+        rows = nk;
+    } else
+        return 0;
+    c->type = !strcmp(type, "f32") ? 0 : !strcmp(type, "f16") ? 1 : !strcmp(type, "bf16") ? 2 : -1;
+    c->n_keys = nk;
+    c->d = d;
+    c->hq = hq;
+    c->hk = hk;
+    c->rows = rows;
+    c->threads = threads;
+    return c->type >= 0 && nk && d && hq && hk && hq % hk == 0 && rows && rows <= nk &&
+           threads >= 1;
+}
+
+static void ab_usage(void)
+{
+    fprintf(stderr,
+            "usage: favor_ab [--rounds R] [--min-ms M] [--expect-same] LIB.so... -- CASE...\n"
+            "  CASE: decode:N_KEYS:D:TYPE:HQ/HK:ROWS:THREADS (causal, the last ROWS rows)\n"
+            "        prefill:N:D:TYPE:HQ/HK:causal|full:THREADS\n"
+            "  TYPE: f32, f16, bf16 (K and V)\n"
+            "  e.g. favor_ab a.so b.so -- decode:16384:64:f16:32/8:1:1\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *names[AB_MAX_LIBS];
+    favor_ab_fn fn[AB_MAX_LIBS];
+    int nl = 0, rounds = 7, expect_same = 0, i, failed = 0;
+    double min_s = 0.02;
+    for (i = 1; i < argc && strcmp(argv[i], "--"); ++i) {
+        if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+            rounds = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--min-ms") && i + 1 < argc) {
+            min_s = atof(argv[++i]) * 1e-3;
+        } else if (!strcmp(argv[i], "--expect-same")) {
+            expect_same = 1;
+        } else if (argv[i][0] == '-' || nl == AB_MAX_LIBS) {
+            ab_usage();
+            return 2;
+        } else {
+            /* RTLD_LOCAL: each build keeps its own favor_* symbols */
+            void *h = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
+            void *sym = h ? dlsym(h, FAVOR_AB_SYMBOL) : NULL;
+            if (!sym) {
+                fprintf(stderr, "favor_ab: %s: %s\n", argv[i], dlerror());
+                return 2;
+            }
+            memcpy(&fn[nl], &sym, sizeof sym); /* (POSIX: a function's address) */
+            names[nl++] = argv[i];
+        }
+    }
+    if (nl < 1 || i + 1 >= argc || rounds < 1 || rounds > AB_MAX_ROUNDS || !(min_s >= 0.0)) {
+        ab_usage();
+        return 2;
+    }
+    printf("favor_ab: %d build%s, %d round%s, samples of >= %.0f ms, the order rotating\n", nl,
+           nl > 1 ? "s" : "", rounds, rounds > 1 ? "s" : "", min_s * 1e3);
+    for (int b = 0; b < nl; ++b) printf("  [%d] %s\n", b, names[b]);
+    for (++i; i < argc; ++i) {
+        favor_ab_case c;
+        static double t[AB_MAX_LIBS][AB_MAX_ROUNDS], ratio[AB_MAX_ROUNDS];
+        double dmax[AB_MAX_LIBS] = {0.0}, omax = 0.0;
+        size_t nq, nkv, es;
+        float *q, *o, *o0;
+        void *k, *v;
+        if (!ab_parse_case(argv[i], &c)) {
+            fprintf(stderr, "favor_ab: bad case '%s'\n", argv[i]);
+            ab_usage();
+            return 2;
+        }
+        nq = c.hq * c.rows * c.d;
+        nkv = c.hk * c.n_keys * c.d;
+        es = c.type ? 2 : 4;
+        q = malloc(nq * sizeof *q);
+        o = malloc(nq * sizeof *o);
+        o0 = malloc(nq * sizeof *o0);
+        k = malloc(nkv * es);
+        v = malloc(nkv * es);
+        if (!q || !o || !o0 || !k || !v) {
+            fprintf(stderr, "favor_ab: out of memory for '%s'\n", argv[i]);
+            return 2;
+        }
+        ab_fill(q, 0, nq);
+        ab_fill(k, c.type, nkv);
+        ab_fill(v, c.type, nkv);
+        printf("%s: %s K/V, %zu keys, d %zu, %zu query heads on %zu, %zu row%s, %d thread%s\n",
+               argv[i], c.type == 0 ? "fp32" : c.type == 1 ? "fp16" : "bf16", c.n_keys, c.d,
+               c.hq, c.hk, c.rows, c.rows > 1 ? "s" : "", c.threads, c.threads > 1 ? "s" : "");
+        /* a warm-up call each, whose output is compared with build 0's */
+        for (int b = 0; b < nl; ++b) {
+            int st = fn[b](&c, q, k, v, b ? o : o0);
+            if (st) {
+                fprintf(stderr, "favor_ab: [%d] returned status %d\n", b, st);
+                return 1;
+            }
+            if (b && memcmp(o, o0, nq * sizeof *o)) {
+                for (size_t e = 0; e < nq; ++e) {
+                    double dd = fabs((double)o[e] - (double)o0[e]);
+                    if (dd != dd) dd = HUGE_VAL; /* a NaN on one side or both */
+                    if (dd > dmax[b]) dmax[b] = dd;
+                    if (fabs((double)o0[e]) > omax) omax = fabs((double)o0[e]);
+                }
+                if (dmax[b] == 0.0) dmax[b] = -1.0; /* -0 against +0: not the same bits */
+                if (expect_same) failed = 1;
+            }
+        }
+        for (int r = 0; r < rounds; ++r)
+            for (int s = 0; s < nl; ++s) {
+                int b = (r + s) % nl, it = 0;
+                double t0 = ab_now(), t1;
+                do {
+                    if (fn[b](&c, q, k, v, o)) return 1;
+                    ++it;
+                    t1 = ab_now();
+                } while (t1 - t0 < min_s);
+                t[b][r] = (t1 - t0) / it;
+            }
+        for (int b = 0; b < nl; ++b) {
+            double lo = 1e300, hi = 0.0, med;
+            for (int r = 0; r < rounds; ++r) {
+                ratio[r] = t[b][r] / t[0][r];
+                lo = ratio[r] < lo ? ratio[r] : lo;
+                hi = ratio[r] > hi ? ratio[r] : hi;
+            }
+            med = ab_median(ratio, rounds);
+            printf("  [%d] %10.4f ms", b, ab_median(t[b], rounds) * 1e3);
+            if (b) printf("  %.3fx (%.3f-%.3f)", med, lo, hi);
+            if (b && dmax[b] == 0.0) printf("  same bits as [0]");
+            else if (b && dmax[b] < 0.0) printf("  differs from [0] in the sign of a zero");
+            else if (b) printf("  differs from [0]: max |diff| %.3g, max |o| %.3g", dmax[b], omax);
+            printf("\n");
+        }
+        free(q);
+        free(o);
+        free(o0);
+        free(k);
+        free(v);
+    }
+    return failed;
+}

@@ -1,0 +1,29 @@
+/* favor_ab: two or more builds of favor.h timed in one process (bench/README.md,
+ * "Comparing two versions of the header"). The driver, bench/favor_ab.c, loads
+ * one shared object per build, each bench/favor_ab_lib.c compiled against its
+ * own favor.h, and calls the function below in each; only this header's types
+ * cross between them, so builds whose public structs differ can be compared. */
+#ifndef FAVOR_AB_H
+#define FAVOR_AB_H
+
+#include <stddef.h>
+
+/* One call of favor_softmax_attention: hq query heads on hk key/value heads, d =
+ * d_v, K and V of n_keys rows; decode: the last `rows` query rows of a causal
+ * call (row i sees keys j <= i + n_keys - rows); prefill: rows = n_keys,
+ * causal or not. */
+typedef struct {
+    int decode, causal;
+    int type; /* K and V: 0 fp32, 1 fp16, 2 bf16 (Q and O fp32) */
+    size_t n_keys, rows, d, hq, hk;
+    int threads;
+} favor_ab_case;
+
+/* q: hq*rows*d floats; k, v: hk*n_keys*d elements of c->type (fp16 and bf16
+ * as uint16_t); o: hq*rows*d floats. Returns favor_softmax_attention's status
+ * (0: success). */
+typedef int (*favor_ab_fn)(const favor_ab_case *c, const float *q, const void *k,
+                           const void *v, float *o);
+#define FAVOR_AB_SYMBOL "favor_ab_softmax"
+
+#endif

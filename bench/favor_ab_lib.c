@@ -1,0 +1,29 @@
+/* One build of favor.h for favor_ab (bench/favor_ab.h): compiled into a shared
+ * object against the favor.h whose speed is measured, e.g.
+ *   cc -O2 -march=native -fopenmp -fPIC -shared -I<dir of that favor.h> \
+ *      -Ibench bench/favor_ab_lib.c -o a.so
+ * (bench/favor_ab.sh does this for files and git revisions). */
+#define FAVOR_IMPLEMENTATION
+#include "favor.h"
+#include "favor_ab.h"
+#include <stdint.h>
+
+int favor_ab_softmax(const favor_ab_case *c, const float *q, const void *k, const void *v,
+                     float *o);
+
+int favor_ab_softmax(const favor_ab_case *c, const float *q, const void *k, const void *v,
+                     float *o)
+{
+    static const favor_dtype types[3] = {FAVOR_F32, FAVOR_F16, FAVOR_BF16};
+    favor_tensor Q, K, V, O;
+    favor_options op = favor_default_options();
+    if (c->type < 0 || c->type > 2) return -1;
+    /* the views do not write through q, k, v: the calls take them as const */
+    Q = favor_tensor_packed_as(FAVOR_F32, (void *)(uintptr_t)q, c->hq, c->rows, c->d);
+    K = favor_tensor_packed_as(types[c->type], (void *)(uintptr_t)k, c->hk, c->n_keys, c->d);
+    V = favor_tensor_packed_as(types[c->type], (void *)(uintptr_t)v, c->hk, c->n_keys, c->d);
+    O = favor_tensor_packed_as(FAVOR_F32, o, c->hq, c->rows, c->d);
+    op.threads = c->threads;
+    op.flags = c->decode || c->causal ? FAVOR_CAUSAL : 0u;
+    return (int)favor_softmax_attention(&Q, &K, &V, &O, &op);
+}
