@@ -161,7 +161,7 @@ int main(int argc, char **argv)
     for (int b = 0; b < nl; ++b) printf("  [%d] %s\n", b, names[b]);
     for (++i; i < argc; ++i) {
         favor_ab_case c;
-        static double t[AB_MAX_LIBS][AB_MAX_ROUNDS], ratio[AB_MAX_ROUNDS];
+        static double t[AB_MAX_LIBS][AB_MAX_ROUNDS], ratio[AB_MAX_ROUNDS], med_t[AB_MAX_ROUNDS];
         double dmax[AB_MAX_LIBS] = {0.0}, omax = 0.0;
         size_t nq, nkv, es;
         float *q, *o, *o0;
@@ -226,7 +226,8 @@ int main(int argc, char **argv)
                 hi = ratio[r] > hi ? ratio[r] : hi;
             }
             med = ab_median(ratio, rounds);
-            printf("  [%d] %10.4f ms", b, ab_median(t[b], rounds) * 1e3);
+            memcpy(med_t, t[b], (size_t)rounds * sizeof *med_t); /* t[0] pairs with the rest */
+            printf("  [%d] %10.4f ms", b, ab_median(med_t, rounds) * 1e3);
             if (b) printf("  %.3fx (%.3f-%.3f)", med, lo, hi);
             if (b && dmax[b] == 0.0) printf("  same bits as [0]");
             else if (b && dmax[b] < 0.0) printf("  differs from [0] in the sign of a zero");
