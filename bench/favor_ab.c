@@ -5,6 +5,7 @@
  *   favor_ab [--rounds R] [--min-ms M] [--expect-same] LIB.so... -- CASE...
  *   CASE: decode:N_KEYS:D:TYPE:HQ/HK:ROWS:THREADS   (causal, the last ROWS rows)
  *         prefill:N:D:TYPE:HQ/HK:causal|full:THREADS
+ *         backward:N:D:TYPE:HQ/HK:causal|full:THREADS (the prefill's gradients)
  *   TYPE: f32, f16 or bf16 (K and V; Q and O are fp32)
  *
  * Each LIB.so is bench/favor_ab_lib.c built against one favor.h
@@ -96,10 +97,11 @@ static int ab_parse_case(const char *s, favor_ab_case *c)
     if (!strcmp(kind, "decode")) {
         if (sscanf(s, "%lu:%d", &rows, &threads) != 2) return 0;
         c->decode = c->causal = 1;
-    } else if (!strcmp(kind, "prefill")) {
+    } else if (!strcmp(kind, "prefill") || !strcmp(kind, "backward")) {
         if (sscanf(s, "%7[a-z]:%d", mode, &threads) != 2) return 0;
         if (strcmp(mode, "causal") && strcmp(mode, "full")) return 0;
         c->causal = !strcmp(mode, "causal");
+        c->backward = !strcmp(kind, "backward");
         rows = nk;
     } else
         return 0;
@@ -120,6 +122,7 @@ static void ab_usage(void)
             "usage: favor_ab [--rounds R] [--min-ms M] [--expect-same] LIB.so... -- CASE...\n"
             "  CASE: decode:N_KEYS:D:TYPE:HQ/HK:ROWS:THREADS (causal, the last ROWS rows)\n"
             "        prefill:N:D:TYPE:HQ/HK:causal|full:THREADS\n"
+            "        backward:N:D:TYPE:HQ/HK:causal|full:THREADS (dq compared)\n"
             "  TYPE: f32, f16, bf16 (K and V)\n"
             "  e.g. favor_ab a.so b.so -- decode:16384:64:f16:32/8:1:1\n");
 }
@@ -164,7 +167,7 @@ int main(int argc, char **argv)
         static double t[AB_MAX_LIBS][AB_MAX_ROUNDS], ratio[AB_MAX_ROUNDS], med_t[AB_MAX_ROUNDS];
         double dmax[AB_MAX_LIBS] = {0.0}, omax = 0.0;
         size_t nq, nkv, es;
-        float *q, *o, *o0;
+        float *q, *o, *o0, *out = NULL, *dout = NULL, *dk = NULL, *dv = NULL;
         void *k, *v;
         if (!ab_parse_case(argv[i], &c)) {
             fprintf(stderr, "favor_ab: bad case '%s'\n", argv[i]);
@@ -186,9 +189,31 @@ int main(int argc, char **argv)
         ab_fill(q, 0, nq);
         ab_fill(k, c.type, nkv);
         ab_fill(v, c.type, nkv);
-        printf("%s: %s K/V, %zu keys, d %zu, %zu query heads on %zu, %zu row%s, %d thread%s\n",
-               argv[i], c.type == 0 ? "fp32" : c.type == 1 ? "fp16" : "bf16", c.n_keys, c.d,
-               c.hq, c.hk, c.rows, c.rows > 1 ? "s" : "", c.threads, c.threads > 1 ? "s" : "");
+        if (c.backward) { /* the forward's output from build 0, and a random dout */
+            out = malloc(nq * sizeof *out);
+            dout = malloc(nq * sizeof *dout);
+            dk = malloc(nkv * sizeof *dk);
+            dv = malloc(nkv * sizeof *dv);
+            if (!out || !dout || !dk || !dv) {
+                fprintf(stderr, "favor_ab: out of memory for '%s'\n", argv[i]);
+                return 2;
+            }
+            c.backward = 0;
+            if (fn[0](&c, q, k, v, out)) {
+                fprintf(stderr, "favor_ab: [0]'s forward call failed\n");
+                return 1;
+            }
+            ab_fill(dout, 0, nq);
+            c.backward = 1;
+            c.out = out;
+            c.dout = dout;
+            c.dk = dk;
+            c.dv = dv;
+        }
+        printf("%s%s: %s K/V, %zu keys, d %zu, %zu query heads on %zu, %zu row%s, %d thread%s\n",
+               argv[i], c.backward ? " (dq compared)" : "",
+               c.type == 0 ? "fp32" : c.type == 1 ? "fp16" : "bf16", c.n_keys, c.d, c.hq, c.hk,
+               c.rows, c.rows > 1 ? "s" : "", c.threads, c.threads > 1 ? "s" : "");
         /* a warm-up call each, whose output is compared with build 0's */
         for (int b = 0; b < nl; ++b) {
             int st = fn[b](&c, q, k, v, b ? o : o0);
@@ -239,6 +264,10 @@ int main(int argc, char **argv)
         free(o0);
         free(k);
         free(v);
+        free(out);
+        free(dout);
+        free(dk);
+        free(dv);
     }
     return failed;
 }

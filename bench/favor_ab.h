@@ -11,17 +11,21 @@
 /* One call of favor_softmax_attention: hq query heads on hk key/value heads, d =
  * d_v, K and V of n_keys rows; decode: the last `rows` query rows of a causal
  * call (row i sees keys j <= i + n_keys - rows); prefill: rows = n_keys,
- * causal or not. */
+ * causal or not. backward: favor_softmax_attention_backward of that call, given
+ * its output `out` and `dout` (hq*rows*d floats each, no lse: the call
+ * recomputes it), writing dq into o and dk, dv (hk*n_keys*d floats each). */
 typedef struct {
-    int decode, causal;
-    int type; /* K and V: 0 fp32, 1 fp16, 2 bf16 (Q and O fp32) */
+    int decode, causal, backward;
+    int type; /* K and V: 0 fp32, 1 fp16, 2 bf16 (Q, O and the gradients fp32) */
     size_t n_keys, rows, d, hq, hk;
     int threads;
+    const float *out, *dout; /* backward only */
+    float *dk, *dv;
 } favor_ab_case;
 
 /* q: hq*rows*d floats; k, v: hk*n_keys*d elements of c->type (fp16 and bf16
- * as uint16_t); o: hq*rows*d floats. Returns favor_softmax_attention's status
- * (0: success). */
+ * as uint16_t); o: hq*rows*d floats (the output, or dq). Returns the call's
+ * status (0: success). */
 typedef int (*favor_ab_fn)(const favor_ab_case *c, const float *q, const void *k,
                            const void *v, float *o);
 #define FAVOR_AB_SYMBOL "favor_ab_softmax"

@@ -25,5 +25,15 @@ int favor_ab_softmax(const favor_ab_case *c, const float *q, const void *k, cons
     O = favor_tensor_packed_as(FAVOR_F32, o, c->hq, c->rows, c->d);
     op.threads = c->threads;
     op.flags = c->decode || c->causal ? FAVOR_CAUSAL : 0u;
+    if (c->backward) {
+        favor_tensor Out, dOut, dK, dV;
+        Out = favor_tensor_packed_as(FAVOR_F32, (void *)(uintptr_t)c->out, c->hq, c->rows, c->d);
+        dOut = favor_tensor_packed_as(FAVOR_F32, (void *)(uintptr_t)c->dout, c->hq, c->rows,
+                                      c->d);
+        dK = favor_tensor_packed_as(FAVOR_F32, c->dk, c->hk, c->n_keys, c->d);
+        dV = favor_tensor_packed_as(FAVOR_F32, c->dv, c->hk, c->n_keys, c->d);
+        return (int)favor_softmax_attention_backward(&Q, &K, &V, &Out, &dOut, &O, &dK, &dV,
+                                                     &op);
+    }
     return (int)favor_softmax_attention(&Q, &K, &V, &O, &op);
 }
