@@ -2076,13 +2076,16 @@ FAVOR__INLINE void favor__tile(const size_t mr, const size_t nv, const size_t nt
         /* row r's A element by a pointer stepped lda at a time: indexed as
          * Ak[r * lda], gcc kept the twelve offsets r * lda of an AVX-512 tile
          * in spilled and mask registers, reloaded every k (Xeon model 167,
-         * the same bits: prefill 0.95-0.97x the time, fp32 and 16-bit, d =
+         * the same bits: prefill 0.95-0.99x the time, fp32 and 16-bit, d =
          * 64 and 128, causal or not, the AVX2 build too; its backward
-         * 0.97-0.99x; decode rows scored key-major 0.96-0.98x) */
+         * 0.97-0.99x; decode rows scored key-major 0.96-0.98x). It never
+         * steps past the tile's last row: past the end of A, that pointer
+         * could be more than one element beyond its array. */
         const float *Ar = Ak;
-        FAVOR__UNROLL for (r = 0; r < mr; ++r, Ar += lda) {
+        FAVOR__UNROLL for (r = 0; r < mr; ++r) {
             favor__vf a = favor__v_set1(*Ar);
             FAVOR__UNROLL for (v = 0; v < nv; ++v) c[r][v] = favor__v_fma(a, b[v], c[r][v]);
+            if (r + 1 < mr) Ar += lda;
         }
     }
     FAVOR__UNROLL for (r = 0; r < mr; ++r)
