@@ -42,10 +42,13 @@ static int ab_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double ab_median(double *x, int n)
+/* the median of x[0..n), n <= AB_MAX_ROUNDS (x is left as it was) */
+static double ab_median(const double *x, int n)
 {
-    qsort(x, (size_t)n, sizeof *x, ab_cmp);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+    double y[AB_MAX_ROUNDS];
+    memcpy(y, x, (size_t)n * sizeof *y);
+    qsort(y, (size_t)n, sizeof *y, ab_cmp);
+    return n % 2 ? y[n / 2] : 0.5 * (y[n / 2 - 1] + y[n / 2]);
 }
 
 static unsigned long long ab_state = 0x9e3779b97f4a7c15ull;
@@ -164,7 +167,7 @@ int main(int argc, char **argv)
     for (int b = 0; b < nl; ++b) printf("  [%d] %s\n", b, names[b]);
     for (++i; i < argc; ++i) {
         favor_ab_case c;
-        static double t[AB_MAX_LIBS][AB_MAX_ROUNDS], ratio[AB_MAX_ROUNDS], med_t[AB_MAX_ROUNDS];
+        static double t[AB_MAX_LIBS][AB_MAX_ROUNDS], ratio[AB_MAX_ROUNDS];
         double dmax[AB_MAX_LIBS] = {0.0}, omax = 0.0;
         size_t nq, nkv, es;
         float *q, *o, *o0, *out = NULL, *dout = NULL, *dk = NULL, *dv = NULL;
@@ -251,8 +254,7 @@ int main(int argc, char **argv)
                 hi = ratio[r] > hi ? ratio[r] : hi;
             }
             med = ab_median(ratio, rounds);
-            memcpy(med_t, t[b], (size_t)rounds * sizeof *med_t); /* t[0] pairs with the rest */
-            printf("  [%d] %10.4f ms", b, ab_median(med_t, rounds) * 1e3);
+            printf("  [%d] %10.4f ms", b, ab_median(t[b], rounds) * 1e3);
             if (b) printf("  %.3fx (%.3f-%.3f)", med, lo, hi);
             if (b && dmax[b] == 0.0) printf("  same bits as [0]");
             else if (b && dmax[b] < 0.0) printf("  differs from [0] in the sign of a zero");
