@@ -473,8 +473,10 @@ static void test_forward_decode_rows(void **state)
         { 2, 1, 1, 130, 128, 128 },
         { 2, 2, 2, 100, 32, 32 },
         { 1, 1, 2, 90, 16, 16 },
-        /* four rows (favor__dots4_pv): grouped, and causal rows of one head */
+        /* four rows (favor__dots4_pv, and favor__rows4_as where they see the
+         * same keys): grouped, and causal rows of one head */
         { 4, 1, 1, 150, 64, 64 },
+        { 4, 1, 1, 130, 128, 128 },
         { 1, 1, 4, 100, 32, 32 },
         { 4, 2, 1, 80, 16, 16 },
     };
