@@ -4895,9 +4895,9 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
     static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, const E *V,    \
                     size_t ldv, size_t nb, size_t rows, float *P, size_t rec)                    \
     {                                                                                            \
-        favor__vf cv[4][NV], lv[4];                                                              \
-        float m[4], mc[4], l[4], p[4 * FAVOR__W]; /* p: the last group's, row r at r W */        \
-        size_t j, u, c, r, pn = 0;                                                               \
+        favor__vf cv[4][NV], lv[4], s[4];                                                        \
+        float m[4], mc[4], l[4], al[4], p[4 * FAVOR__W]; /* p: the last group's, row r at r W */ \
+        size_t j, u, c, r, g, pj = 0, pn = 0; /* the last group: pn keys from pj */              \
         const size_t bytes = NV * FAVOR__W * sizeof(E), pd = FAVOR__PV_AHEAD / bytes;            \
         if (FAVOR__W < 4 || d != NV * FAVOR__W) return 0;                                        \
         FAVOR__UNROLL for (r = 0; r < 4; ++r) {                                                  \
@@ -4908,11 +4908,10 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
             l[r] = P[r * rec + 1];                                                               \
             lv[r] = favor__v_set1(0.0f);                                                         \
         }                                                                                        \
-        for (j = 0; j < nb; j += FAVOR__W) {                                                     \
-            const E *Vp = V + (j - pn) * ldv; /* the previous group's first value row */         \
-            const size_t g = nb - j < FAVOR__W ? nb - j : FAVOR__W;                              \
-            favor__vf s[4];                                                                      \
-            if (g == FAVOR__W) {                                                                 \
+        for (j = 0;; j += FAVOR__W) {                                                            \
+            const E *Vp = V + pj * ldv;                                                          \
+            g = j >= nb ? 0 : nb - j < FAVOR__W ? nb - j : FAVOR__W;                             \
+            if (g == FAVOR__W) { /* its values, a row between two of this group's keys */        \
                 favor__vf acc[4][FAVOR__W];                                                      \
                 for (u = 0; u < FAVOR__W; ++u) {                                                 \
                     FAVOR__KEY_ROW4(LOAD, NV, K + (j + u) * ldk, u);                             \
@@ -4923,38 +4922,37 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
                     if (u < pn) FAVOR__PV_ROW4(LOAD, NV, Vp + u * ldv, p + u, FAVOR__W);         \
                 }                                                                                \
                 FAVOR__UNROLL for (r = 0; r < 4; ++r) s[r] = favor__v_sums(acc[r]);              \
-            } else {                                                                             \
-                float st[4 * FAVOR__W];                                                          \
-                for (r = 0; r < 4; ++r)                                                          \
-                    for (u = 0; u < FAVOR__W; ++u)                                               \
-                        st[r * FAVOR__W + u] = u < g ? favor__dot##T(q + r * ldq,                \
-                                                                     K + (j + u) * ldk, d)       \
-                                                     : -INFINITY;                                \
+            } else { /* its values, then the last keys, if any, one by one */                    \
                 for (u = 0; u < pn; ++u)                                                         \
                     FAVOR__PV_ROW4(LOAD, NV, Vp + u * ldv, p + u, FAVOR__W);                     \
-                FAVOR__UNROLL for (r = 0; r < 4; ++r) s[r] = favor__v_load(st + r * FAVOR__W);   \
+                if (!g) break;                                                                   \
+                for (r = 0; r < 4; ++r) {                                                        \
+                    for (u = 0; u < FAVOR__W; ++u) p[r * FAVOR__W + u] = -INFINITY;              \
+                    for (u = 0; u < g; ++u)                                                      \
+                        p[r * FAVOR__W + u] = favor__dot##T(q + r * ldq, K + (j + u) * ldk, d);  \
+                    s[r] = favor__v_load(p + r * FAVOR__W);                                      \
+                }                                                                                \
             }                                                                                    \
-            FAVOR__UNROLL for (r = 0; r < 4; ++r) {                                              \
+            for (r = 0; r < 4; ++r) { /* one exp in the code: the rows in a loop */              \
                 const float mx = favor__v_hmax(s[r]);                                            \
-                if (mx > m[r]) { /* a new maximum: what came before, scaled to it */             \
-                    float al;                                                                    \
-                    favor__vf va;                                                                \
-                    mc[r] = favor__online_max(m + r, mx, &al);                                   \
-                    al = favor__s_exp(al);                                                       \
-                    l[r] *= al;                                                                  \
-                    va = favor__v_set1(al);                                                      \
-                    lv[r] = favor__v_mul(lv[r], va);                                             \
-                    FAVOR__UNROLL for (c = 0; c < NV; ++c)                                       \
-                        cv[r][c] = favor__v_mul(cv[r][c], va);                                   \
+                al[r] = 1.0f;                                                                    \
+                if (mx > m[r]) { /* a new maximum: the sums so far scaled to it */               \
+                    mc[r] = favor__online_max(m + r, mx, al + r);                                \
+                    al[r] = favor__s_exp(al[r]);                                                 \
+                    l[r] *= al[r];                                                               \
+                    lv[r] = favor__v_mul(lv[r], favor__v_set1(al[r]));                           \
                 }                                                                                \
                 s[r] = favor__v_exp(favor__v_add(s[r], favor__v_set1(-mc[r])));                  \
                 lv[r] = favor__v_add(lv[r], s[r]);                                               \
                 favor__v_store(p + r * FAVOR__W, s[r]);                                          \
             }                                                                                    \
+            FAVOR__UNROLL for (r = 0; r < 4; ++r) /* and the accumulators */                     \
+                if (al[r] != 1.0f)                                                               \
+                    FAVOR__UNROLL for (c = 0; c < NV; ++c)                                       \
+                        cv[r][c] = favor__v_mul(cv[r][c], favor__v_set1(al[r]));                 \
+            pj = j;                                                                              \
             pn = g;                                                                              \
         }                                                                                        \
-        for (u = 0; u < pn; ++u)                                                                 \
-            FAVOR__PV_ROW4(LOAD, NV, V + (nb - pn + u) * ldv, p + u, FAVOR__W);                  \
         FAVOR__UNROLL for (r = 0; r < 4; ++r) {                                                  \
             FAVOR__UNROLL for (c = 0; c < NV; ++c)                                               \
                 favor__v_store(P + r * rec + 2 + c * FAVOR__W, cv[r][c]);                        \
