@@ -2528,7 +2528,10 @@ FAVOR__DEFINE_DOTS_PV(favor__dots_pv8_bf16, _bf16, uint16_t, favor__v_load_bf16a
  * the time of 8 on 8 for fp32 and 1.27-1.63x for fp16, the core waiting for
  * line-fill slots at the prefetches). Each element adds its terms in
  * favor__dots_pv's order: the bits are the same. 0 for the sizes
- * favor__dots_pv refuses. */
+ * favor__dots_pv refuses. Keys that all four rows see with plain scores go to
+ * favor__rows4_as instead, which keeps the rows' statistics in the kernel; this
+ * one takes the tiles left: softcap, ALiBi or a mask, and a block whose rows
+ * start or end at different keys. */
 #define FAVOR__DEFINE_DOTS4_PV(NAME, T, E, LOAD, NV)                                              \
     static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, size_t nb,     \
                     float *S, size_t lds, const favor__pvrow *pv, size_t ldc)                    \
@@ -4879,18 +4882,23 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
 /* Four decode rows over keys [0, nb) that every one of them sees, with plain
  * scores (no softcap, ALiBi or mask), d = d_v = NV W: favor__dots4_pv's
  * registers and reads (a key row and the previous group's value row in turn,
- * the rows FAVOR__PV_AHEAD bytes on asked for), with each row's running
- * maximum and sum kept in the kernel, a group of W keys at a time, instead of a
- * tile's scores going out to favor__decode_block's passes (maximum, exp, sum,
- * rescale, the tile's bookkeeping: a quarter of the call's time with four fp16
- * rows, d = 64, 16384 keys, Xeon model 167). A group's scores are reduced by
- * favor__v_sums (the scores of favor__dots4_pv, bit for bit; keys past the last
- * whole group take favor__dot); a group whose maximum passes the row's rescales
- * its sum and accumulator, then its probabilities exp(s - m) wait in p for the
- * next group's reads. Row r's partial record is P + r rec (maximum, sum, then
- * its d_v accumulator), read and written; q: the rows, ldq apart, scaled;
- * rows: the key rows from K to the cache's end (the prefetches stay in it). 0
- * (nothing done) for other sizes and for backends under 4 lanes. */
+ * the rows FAVOR__PV_AHEAD bytes on asked for), with each row's running maximum
+ * and sum kept in the kernel, a group of W keys at a time, instead of a tile's
+ * scores going out to favor__decode_block's passes (maximum, exp, sum, rescale,
+ * the tile's bookkeeping: a quarter of the call's time with four fp16 rows, d =
+ * 64, 16384 keys, Xeon model 167). Against those passes, on that CPU (favor_ab,
+ * 16K-256K keys, four rows or 32 query heads on 8): 0.82-0.88x the time with
+ * fp16 at d = 64, 0.86-0.88x fp32, 0.91-0.97x at d = 128 and on two threads,
+ * 0.75-0.89x in the AVX2 build; the values two groups behind the keys, so that
+ * a group's statistics had a group's time to finish, took 1.02-1.04x. A group's
+ * scores are reduced by favor__v_sums (the scores of favor__dots4_pv, bit for
+ * bit; keys past the last whole group take favor__dot); a group whose maximum
+ * passes the row's rescales its sum and accumulator, then its probabilities
+ * exp(s - m) wait in p for the next group's reads. Row r's partial record is P
+ * + r rec (maximum, sum, then its d_v accumulator), read and written; q: the
+ * rows, ldq apart, scaled; rows: the key rows from K to the cache's end (the
+ * prefetches stay in it). 0 (nothing done) for other sizes and for backends
+ * under 4 lanes. */
 #define FAVOR__DEFINE_ROWS4(NAME, T, E, LOAD, NV)                                                 \
     static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, const E *V,    \
                     size_t ldv, size_t nb, size_t rows, float *P, size_t rec)                    \
