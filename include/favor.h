@@ -2541,7 +2541,7 @@ FAVOR__DEFINE_DOTS_PV(favor__dots_pv8_bf16, _bf16, uint16_t, favor__v_load_bf16a
  * line-fill slots at the prefetches). Each element adds its terms in
  * favor__dots_pv's order: the bits are the same. 0 for the sizes
  * favor__dots_pv refuses. Keys that all four rows see with plain scores go to
- * favor__rows4_as instead, which keeps the rows' statistics in the kernel; this
+ * favor__rows_as instead, which keeps the rows' statistics in the kernel; this
  * one takes the tiles left: softcap, ALiBi or a mask, and a block whose rows
  * start or end at different keys. */
 #define FAVOR__DEFINE_DOTS4_PV(NAME, T, E, LOAD, NV)                                              \
@@ -2560,11 +2560,11 @@ FAVOR__DEFINE_DOTS_PV(favor__dots_pv8_bf16, _bf16, uint16_t, favor__v_load_bf16a
         for (; j + FAVOR__W <= nb; j += FAVOR__W) {                                              \
             favor__vf acc[4][FAVOR__W];                                                          \
             for (u = 0; u < FAVOR__W; ++u) {                                                     \
-                FAVOR__KEY_ROW4(LOAD, NV, K + (j + u) * ldk, u);                                 \
+                FAVOR__KEY_ROWS(LOAD, NV, 4, K + (j + u) * ldk, u);                              \
                 if (j + u + pd < kl) favor__prefetch_row(K + (j + u + pd) * ldk, bytes);         \
                 if (j + u + pd < vl) favor__prefetch_row(V + (j + u + pd) * pv->ldv, bytes);     \
                 if (j + u < pv->n)                                                               \
-                    FAVOR__PV_ROW4(LOAD, NV, V + (j + u) * pv->ldv, pv->p + j + u, lds);         \
+                    FAVOR__PV_ROWS(LOAD, NV, 4, V + (j + u) * pv->ldv, pv->p + j + u, lds);      \
             }                                                                                    \
             FAVOR__UNROLL for (r = 0; r < 4; ++r)                                                \
                 favor__v_store(S + r * lds + j, favor__v_sums(acc[r]));                          \
@@ -2573,33 +2573,33 @@ FAVOR__DEFINE_DOTS_PV(favor__dots_pv8_bf16, _bf16, uint16_t, favor__v_load_bf16a
             if (j < nb)                                                                          \
                 for (r = 0; r < 4; ++r)                                                          \
                     S[r * lds + j] = favor__dot##T(q + r * ldq, K + j * ldk, d);                 \
-            if (j < pv->n) FAVOR__PV_ROW4(LOAD, NV, V + j * pv->ldv, pv->p + j, lds);           \
+            if (j < pv->n) FAVOR__PV_ROWS(LOAD, NV, 4, V + j * pv->ldv, pv->p + j, lds);         \
         }                                                                                        \
         FAVOR__UNROLL for (r = 0; r < 4; ++r)                                                    \
             FAVOR__UNROLL for (c = 0; c < NV; ++c)                                               \
                 favor__v_store(pv->C + r * ldc + c * FAVOR__W, cv[r][c]);                        \
         return 1;                                                                                \
     }
-/* the key row Kr's products with the four rows q + r ldq into acc[r][u], each
+/* the key row Kr's products with the NR rows q + r ldq into acc[r][u], each
  * row's W lanes to be added by favor__v_sums */
-#define FAVOR__KEY_ROW4(LOAD, NV, Kr, u)                                                         \
+#define FAVOR__KEY_ROWS(LOAD, NV, NR, Kr, u)                                                      \
     do {                                                                                         \
         favor__vf k_[NV];                                                                        \
         FAVOR__UNROLL for (c = 0; c < NV; ++c) k_[c] = LOAD((Kr) + c * FAVOR__W);                \
-        FAVOR__UNROLL for (r = 0; r < 4; ++r) {                                                  \
+        FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
             favor__vf a_ = favor__v_set1(0.0f);                                                  \
             FAVOR__UNROLL for (c = 0; c < NV; ++c)                                               \
                 a_ = favor__v_fma(k_[c], favor__v_load(q + r * ldq + c * FAVOR__W), a_);         \
             acc[r][u] = a_;                                                                      \
         }                                                                                        \
     } while (0)
-/* the value row Vr into the four rows' C (cv) with their probabilities, row r's
+/* the value row Vr into the NR rows' C (cv) with their probabilities, row r's
  * at pr[r ps] */
-#define FAVOR__PV_ROW4(LOAD, NV, Vr, pr, ps)                                                     \
+#define FAVOR__PV_ROWS(LOAD, NV, NR, Vr, pr, ps)                                                  \
     do {                                                                                         \
         favor__vf v_[NV];                                                                        \
         FAVOR__UNROLL for (c = 0; c < NV; ++c) v_[c] = LOAD((Vr) + c * FAVOR__W);                \
-        FAVOR__UNROLL for (r = 0; r < 4; ++r) {                                                  \
+        FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
             const favor__vf p_ = favor__v_set1((pr)[r * (ps)]);                                  \
             FAVOR__UNROLL for (c = 0; c < NV; ++c) cv[r][c] = favor__v_fma(p_, v_[c], cv[r][c]); \
         }                                                                                        \
@@ -4891,9 +4891,9 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
     favor__decode_pv(x, j0, nb, St, 1, R, V, ldv, P, full);
 }
 
-/* Four decode rows over keys [0, nb) that every one of them sees, with plain
- * scores (no softcap, ALiBi or mask), d = d_v = NV W: favor__dots4_pv's
- * registers and reads (a key row and the previous group's value row in turn,
+/* NR decode rows (four, or one) over keys [0, nb) that every one of them sees,
+ * with plain scores (no softcap, ALiBi or mask), d = d_v = NV W: favor__dots4_pv's
+ * (favor__dots_pv's) registers and reads (a key row and the previous group's value row in turn,
  * the rows FAVOR__PV_AHEAD bytes on asked for), with each row's running maximum
  * and sum kept in the kernel, a group of W keys at a time, instead of a tile's
  * scores going out to favor__decode_block's passes (maximum, exp, sum, rescale,
@@ -4911,90 +4911,104 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
  * rows, ldq apart, scaled; rows: the key rows from K to the cache's end (the
  * prefetches stay in it). 0 (nothing done) for other sizes and for backends
  * under 4 lanes. */
-#define FAVOR__DEFINE_ROWS4(NAME, T, E, LOAD, NV)                                                 \
+#define FAVOR__DEFINE_ROWS(NAME, T, E, LOAD, NV, NR)                                              \
     static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, const E *V,    \
                     size_t ldv, size_t nb, size_t rows, float *P, size_t rec)                    \
     {                                                                                            \
-        favor__vf cv[4][NV], lv[4], s[4];                                                        \
-        float m[4], mc[4], l[4], al[4], p[4 * FAVOR__W]; /* p: the last group's, row r at r W */ \
+        favor__vf cv[NR][NV], s[NR];                                                             \
+        float m[NR], mc[NR], l[NR], al[NR], p[NR * FAVOR__W]; /* p: the last group's */          \
         size_t j, u, c, r, g, pj = 0, pn = 0; /* the last group: pn keys from pj */              \
         const size_t bytes = NV * FAVOR__W * sizeof(E), pd = FAVOR__PV_AHEAD / bytes;            \
         if (FAVOR__W < 4 || d != NV * FAVOR__W) return 0;                                        \
-        FAVOR__UNROLL for (r = 0; r < 4; ++r) {                                                  \
+        FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
             FAVOR__UNROLL for (c = 0; c < NV; ++c)                                               \
                 cv[r][c] = favor__v_load(P + r * rec + 2 + c * FAVOR__W);                        \
             m[r] = P[r * rec];                                                                   \
             mc[r] = favor__s_max(m[r], -FLT_MAX);                                                \
             l[r] = P[r * rec + 1];                                                               \
-            lv[r] = favor__v_set1(0.0f);                                                         \
         }                                                                                        \
         for (j = 0;; j += FAVOR__W) {                                                            \
             const E *Vp = V + pj * ldv;                                                          \
             g = j >= nb ? 0 : nb - j < FAVOR__W ? nb - j : FAVOR__W;                             \
             if (g == FAVOR__W) { /* its values, a row between two of this group's keys */        \
-                favor__vf acc[4][FAVOR__W];                                                      \
+                favor__vf acc[NR][FAVOR__W];                                                     \
                 for (u = 0; u < FAVOR__W; ++u) {                                                 \
-                    FAVOR__KEY_ROW4(LOAD, NV, K + (j + u) * ldk, u);                             \
+                    FAVOR__KEY_ROWS(LOAD, NV, NR, K + (j + u) * ldk, u);                         \
                     if (j + u + pd < rows) {                                                     \
                         favor__prefetch_row(K + (j + u + pd) * ldk, bytes);                      \
                         favor__prefetch_row(V + (j + u + pd) * ldv, bytes);                      \
                     }                                                                            \
-                    if (u < pn) FAVOR__PV_ROW4(LOAD, NV, Vp + u * ldv, p + u, FAVOR__W);         \
+                    if (u < pn) FAVOR__PV_ROWS(LOAD, NV, NR, Vp + u * ldv, p + u, FAVOR__W);     \
                 }                                                                                \
-                FAVOR__UNROLL for (r = 0; r < 4; ++r) s[r] = favor__v_sums(acc[r]);              \
+                FAVOR__UNROLL for (r = 0; r < NR; ++r) s[r] = favor__v_sums(acc[r]);             \
             } else { /* its values, then the last keys, if any, one by one */                    \
                 for (u = 0; u < pn; ++u)                                                         \
-                    FAVOR__PV_ROW4(LOAD, NV, Vp + u * ldv, p + u, FAVOR__W);                     \
+                    FAVOR__PV_ROWS(LOAD, NV, NR, Vp + u * ldv, p + u, FAVOR__W);                 \
                 if (!g) break;                                                                   \
-                for (r = 0; r < 4; ++r) {                                                        \
+                for (r = 0; r < NR; ++r) {                                                       \
                     for (u = 0; u < FAVOR__W; ++u) p[r * FAVOR__W + u] = -INFINITY;              \
                     for (u = 0; u < g; ++u)                                                      \
                         p[r * FAVOR__W + u] = favor__dot##T(q + r * ldq, K + (j + u) * ldk, d);  \
                     s[r] = favor__v_load(p + r * FAVOR__W);                                      \
                 }                                                                                \
             }                                                                                    \
-            for (r = 0; r < 4; ++r) { /* one exp in the code: the rows in a loop */              \
+            for (r = 0; r < NR; ++r) { /* one exp in the code: the rows in a loop */             \
                 const float mx = favor__v_hmax(s[r]);                                            \
                 al[r] = 1.0f;                                                                    \
                 if (mx > m[r]) { /* a new maximum: the sums so far scaled to it */               \
                     mc[r] = favor__online_max(m + r, mx, al + r);                                \
                     al[r] = favor__s_exp(al[r]);                                                 \
                     l[r] *= al[r];                                                               \
-                    lv[r] = favor__v_mul(lv[r], favor__v_set1(al[r]));                           \
                 }                                                                                \
                 s[r] = favor__v_exp(favor__v_add(s[r], favor__v_set1(-mc[r])));                  \
-                lv[r] = favor__v_add(lv[r], s[r]);                                               \
+                l[r] += favor__v_hsum(s[r]); /* a group at a time: the same bits by tiles */     \
                 favor__v_store(p + r * FAVOR__W, s[r]);                                          \
             }                                                                                    \
-            FAVOR__UNROLL for (r = 0; r < 4; ++r) /* and the accumulators */                     \
+            FAVOR__UNROLL for (r = 0; r < NR; ++r) /* and the accumulators */                    \
                 if (al[r] != 1.0f)                                                               \
                     FAVOR__UNROLL for (c = 0; c < NV; ++c)                                       \
                         cv[r][c] = favor__v_mul(cv[r][c], favor__v_set1(al[r]));                 \
             pj = j;                                                                              \
             pn = g;                                                                              \
         }                                                                                        \
-        FAVOR__UNROLL for (r = 0; r < 4; ++r) {                                                  \
+        FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
             FAVOR__UNROLL for (c = 0; c < NV; ++c)                                               \
                 favor__v_store(P + r * rec + 2 + c * FAVOR__W, cv[r][c]);                        \
             P[r * rec] = m[r];                                                                   \
-            P[r * rec + 1] = l[r] + favor__v_hsum(lv[r]);                                        \
+            P[r * rec + 1] = l[r];                                                               \
         }                                                                                        \
         return 1;                                                                                \
     }
-FAVOR__DEFINE_ROWS4(favor__rows4_4, , float, favor__v_load, 4)
-FAVOR__DEFINE_ROWS4(favor__rows4_4_f16, _f16, uint16_t, favor__v_load_f16, 4)
-FAVOR__DEFINE_ROWS4(favor__rows4_4_bf16, _bf16, uint16_t, favor__v_load_bf16a, 4)
-FAVOR__DEFINE_ROWS4(favor__rows4_8, , float, favor__v_load, 8)
-FAVOR__DEFINE_ROWS4(favor__rows4_8_f16, _f16, uint16_t, favor__v_load_f16, 8)
-FAVOR__DEFINE_ROWS4(favor__rows4_8_bf16, _bf16, uint16_t, favor__v_load_bf16a, 8)
+FAVOR__DEFINE_ROWS(favor__rows4_4, , float, favor__v_load, 4, 4)
+FAVOR__DEFINE_ROWS(favor__rows4_4_f16, _f16, uint16_t, favor__v_load_f16, 4, 4)
+FAVOR__DEFINE_ROWS(favor__rows4_4_bf16, _bf16, uint16_t, favor__v_load_bf16a, 4, 4)
+FAVOR__DEFINE_ROWS(favor__rows4_8, , float, favor__v_load, 8, 4)
+FAVOR__DEFINE_ROWS(favor__rows4_8_f16, _f16, uint16_t, favor__v_load_f16, 8, 4)
+FAVOR__DEFINE_ROWS(favor__rows4_8_bf16, _bf16, uint16_t, favor__v_load_bf16a, 8, 4)
+FAVOR__DEFINE_ROWS(favor__rows1_4, , float, favor__v_load, 4, 1)
+FAVOR__DEFINE_ROWS(favor__rows1_4_f16, _f16, uint16_t, favor__v_load_f16, 4, 1)
+FAVOR__DEFINE_ROWS(favor__rows1_4_bf16, _bf16, uint16_t, favor__v_load_bf16a, 4, 1)
+FAVOR__DEFINE_ROWS(favor__rows1_8, , float, favor__v_load, 8, 1)
+FAVOR__DEFINE_ROWS(favor__rows1_8_f16, _f16, uint16_t, favor__v_load_f16, 8, 1)
+FAVOR__DEFINE_ROWS(favor__rows1_8_bf16, _bf16, uint16_t, favor__v_load_bf16a, 8, 1)
 
-/* favor__rows4_* on K and V rows of type t: 0 when no kernel fits */
-static int favor__rows4_as(favor_dtype t, const float *q, size_t d, const void *K, size_t ldk,
-                           const void *V, size_t ldv, size_t nb, size_t rows, float *P,
-                           size_t rec)
+/* favor__rows4_* (nr = 4) or favor__rows1_* (nr = 1) on K and V rows of type t: 0
+ * when no kernel fits */
+static int favor__rows_as(size_t nr, favor_dtype t, const float *q, size_t d, const void *K,
+                          size_t ldk, const void *V, size_t ldv, size_t nb, size_t rows,
+                          float *P, size_t rec)
 {
     const uint16_t *K16 = (const uint16_t *)K, *V16 = (const uint16_t *)V;
     const float *K32 = (const float *)K, *V32 = (const float *)V;
+    if (nr == 1)
+        return t == FAVOR_F16
+                   ? favor__rows1_4_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||
+                         favor__rows1_8_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)
+               : t == FAVOR_BF16
+                   ? favor__rows1_4_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||
+                         favor__rows1_8_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)
+                   : favor__rows1_4(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec) ||
+                         favor__rows1_8(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec);
     return t == FAVOR_F16
                ? favor__rows4_4_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||
                      favor__rows4_8_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)
@@ -5030,8 +5044,8 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
      * as much as the bytes a 16-bit cache saves); more rows share a widened tile.
      * Four rows of d = d_v = 4 or 8 vectors, K and V of one type, read them in
      * place too, four at once where they see the same keys (favor__dots4_pv) */
-    const int direct4 = R == 4 && FAVOR__W >= 4 && d == dv &&
-                        (d == 4 * FAVOR__W || d == 8 * FAVOR__W) && x->k->dtype == x->v->dtype;
+    const int fits = FAVOR__W >= 4 && d == dv && (d == 4 * FAVOR__W || d == 8 * FAVOR__W),
+              direct4 = R == 4 && fits && x->k->dtype == x->v->dtype;
     const int direct = R <= 2 || direct4, widened = !direct && x->k->dtype != FAVOR_F32;
     /* four rows read a 16-bit K tile in place, each vector once (favor__dots4):
      * no pass over a copy of K (Zen 3, fp16, 16384 keys, 4 rows or 32 query heads
@@ -5074,22 +5088,34 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     if (lanes) favor__transpose(R, d, Qs, d, Qt, R);
     if (beg > j0) j0 = beg; /* the tiles of the keys some row sees */
     if (end < jend) jend = end;
-    /* four direct rows with plain scores: the keys from j0 that all of them see
-     * (every key of the block but a causal call's last few) in one call that
-     * keeps their statistics in registers (favor__rows4_as); the rest, if any,
-     * in the tiles below */
-    if (direct4 && !x->md.mask && !x->md.alibi && !(x->md.cap > 0.0f) && j0 < jend) {
-        size_t ka, kb;
+    /* one or four direct rows with plain scores: the keys from j0 that all of
+     * them see (every key of the block but a causal call's last few) in one call
+     * that keeps their statistics in registers (favor__rows_as); the rest, if
+     * any, in the tiles below */
+    if ((R == 4 || R == 1) && fits && !x->md.mask && !x->md.alibi && !(x->md.cap > 0.0f) &&
+        j0 < jend) {
+        size_t ka, kb, t0, nb, lk, lv;
         favor__tile_keys(x, 0, j0, jend - j0, &ka, &kb);
         for (i = 1; i < x->n && ka == 0; ++i) {
             favor__tile_keys(x, i, j0, jend - j0, &lo, &hi);
             if (lo != 0) ka = lo;
             if (hi < kb) kb = hi;
         }
-        if (ka == 0 && kb > 0 &&
-            favor__rows4_as(x->k->dtype, Qs, d, favor__at(x->k, g, j0), x->k->row_stride,
-                            favor__at(x->v, g, j0), x->v->row_stride, kb, x->nk - j0, P, rec))
+        if (ka == 0 && kb > 0 && x->k->dtype == x->v->dtype &&
+            favor__rows_as(R, x->k->dtype, Qs, d, favor__at(x->k, g, j0), x->k->row_stride,
+                           favor__at(x->v, g, j0), x->v->row_stride, kb, x->nk - j0, P, rec))
             j0 += kb;
+        /* K and V of two types: a tile at a time, widened, by the fp32 kernel: the
+         * same operations in the same order (the tiles start at whole groups), so
+         * the same bits as one type read in place */
+        for (t0 = 0; ka == 0 && kb > 0 && x->k->dtype != x->v->dtype && t0 < kb; t0 += nb) {
+            const float *Kt, *Vt;
+            nb = kb - t0 < BK ? kb - t0 : BK;
+            Kt = favor__in(x->k, g, j0 + t0, nb, Kb, &lk);
+            Vt = favor__in(x->v, g, j0 + t0, nb, Vb, &lv);
+            favor__rows_as(R, FAVOR_F32, Qs, d, Kt, lk, Vt, lv, nb, nb, P, rec);
+            if (t0 + nb == kb) j0 += kb;
+        }
     }
     for (; j0 < jend; j0 += BK) {
         size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1, next = j0 + nb, ka, kb;
@@ -9707,13 +9733,19 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__rng_sym FAVOR__N(favor__rng_sym)
 #define favor__row_end FAVOR__N(favor__row_end)
 #define favor__rows FAVOR__N(favor__rows)
+#define favor__rows1_4 FAVOR__N(favor__rows1_4)
+#define favor__rows1_4_bf16 FAVOR__N(favor__rows1_4_bf16)
+#define favor__rows1_4_f16 FAVOR__N(favor__rows1_4_f16)
+#define favor__rows1_8 FAVOR__N(favor__rows1_8)
+#define favor__rows1_8_bf16 FAVOR__N(favor__rows1_8_bf16)
+#define favor__rows1_8_f16 FAVOR__N(favor__rows1_8_f16)
 #define favor__rows4_4 FAVOR__N(favor__rows4_4)
 #define favor__rows4_4_bf16 FAVOR__N(favor__rows4_4_bf16)
 #define favor__rows4_4_f16 FAVOR__N(favor__rows4_4_f16)
 #define favor__rows4_8 FAVOR__N(favor__rows4_8)
 #define favor__rows4_8_bf16 FAVOR__N(favor__rows4_8_bf16)
 #define favor__rows4_8_f16 FAVOR__N(favor__rows4_8_f16)
-#define favor__rows4_as FAVOR__N(favor__rows4_as)
+#define favor__rows_as FAVOR__N(favor__rows_as)
 #define favor__s_ FAVOR__N(favor__s_)
 #define favor__s_add FAVOR__N(favor__s_add)
 #define favor__s_asfloat FAVOR__N(favor__s_asfloat)
@@ -9898,7 +9930,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__DEFINE_DOTS_PV
 #undef FAVOR__DEFINE_EXP
 #undef FAVOR__DEFINE_PV_KEY
-#undef FAVOR__DEFINE_ROWS4
+#undef FAVOR__DEFINE_ROWS
 #undef FAVOR__DEFINE_TANH
 #undef FAVOR__DT_ENTRY
 #undef FAVOR__DT_PROTO
@@ -9909,7 +9941,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__INLINE
 #undef FAVOR__IS_NAN
 #undef FAVOR__ITEMS
-#undef FAVOR__KEY_ROW4
+#undef FAVOR__KEY_ROWS
 #undef FAVOR__LANES
 #undef FAVOR__LN_P_MIN
 #undef FAVOR__LOAD_U16
@@ -9927,7 +9959,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__POLY2_MAXD
 #undef FAVOR__PV_AHEAD
 #undef FAVOR__PV_ROW
-#undef FAVOR__PV_ROW4
+#undef FAVOR__PV_ROWS
 #undef FAVOR__RAMP
 #undef FAVOR__RELU_FLOOR
 #undef FAVOR__ROWBLK
@@ -10222,13 +10254,19 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__rng_sym
 #undef favor__row_end
 #undef favor__rows
+#undef favor__rows1_4
+#undef favor__rows1_4_bf16
+#undef favor__rows1_4_f16
+#undef favor__rows1_8
+#undef favor__rows1_8_bf16
+#undef favor__rows1_8_f16
 #undef favor__rows4_4
 #undef favor__rows4_4_bf16
 #undef favor__rows4_4_f16
 #undef favor__rows4_8
 #undef favor__rows4_8_bf16
 #undef favor__rows4_8_f16
-#undef favor__rows4_as
+#undef favor__rows_as
 #undef favor__s_
 #undef favor__s_add
 #undef favor__s_asfloat

@@ -460,9 +460,10 @@ static void test_forward(void **state)
 }
 
 /* Decode rows whose q and P V the kernel keeps in registers (favor__dots_pv4 and
- * _pv8: d = d_v = 4 or 8 vectors), in 16-bit types and mixed, against the fp32
- * call's same kernel, bit for bit, and the reference: softmax only (the linear
- * methods have no decode path), one, two or four rows per key/value head (four:
+ * _pv8: d = d_v = 4 or 8 vectors; one or four rows with K and V of one type:
+ * favor__rows_as), in 16-bit types and mixed, against the fp32 call's same
+ * kernel, bit for bit, and the reference: softmax only (the linear methods have
+ * no decode path), one, two or four rows per key/value head (four:
  * favor__dots4_pv, or with K and V of two types the shared tiles), past one
  * tile of keys, causal and not. d = 16, 32, 64 and 128: two of them on each
  * SIMD backend. */
@@ -470,10 +471,12 @@ static void test_forward_decode_rows(void **state)
 {
     static const shape shapes[] = {
         { 1, 1, 1, 150, 64, 64 },
+        { 1, 1, 1, 130, 128, 128 },
+        { 1, 1, 1, 90, 32, 32 },
         { 2, 1, 1, 130, 128, 128 },
         { 2, 2, 2, 100, 32, 32 },
         { 1, 1, 2, 90, 16, 16 },
-        /* four rows (favor__dots4_pv, and favor__rows4_as where they see the
+        /* four rows (favor__dots4_pv, and favor__rows_as where they see the
          * same keys): grouped, and causal rows of one head */
         { 4, 1, 1, 150, 64, 64 },
         { 4, 1, 1, 130, 128, 128 },

@@ -65,11 +65,13 @@ static const vcase cases[] = {
     { 4, 4,   5,  700, 16, 16, 0, 100,   3,      0.0f, 1, 1, 1.0 }, /* decode, partial tiles */
     { 8, 1,   4,  700, 32, 32, 1, 200,  -1,      4.0f, 0, 1, 1.0 }, /* decode, 32 rows
                                                                          key-major */
-    /* decode, four causal rows per head at d = 64 with sinks (favor__rows4_as
-     * on AVX2 and AVX-512): the window's first block goes by tiles (the rows start
-     * at different keys), the last block's keys that all rows see in one call and
-     * its last three by tiles */
+    /* decode, four causal rows per head at d = 64 with sinks (favor__rows_as on
+     * AVX2 and AVX-512): the window's first block goes by tiles (the rows start at
+     * different keys), the last block's keys that all rows see in one call and its
+     * last three by tiles */
     { 4, 4,   4, 1300, 64, 64, 1, 700,  -1,      0.0f, 0, 1, 1.0 },
+    { 2, 2,   1, 1300, 64, 64, 1, 700,  -1,      0.0f, 0, 1, 1.0 }, /* the same, one row:
+                                                                         from the window's start */
     { 1, 1,  80,   50,  8,  8, 0,   2,   0,      0.0f, 0, 1, 1.0 }, /* right 0, rows with none */
     { 2, 1,  70,   70, 16, 16, 1,   0,  -1,      1.0f, 1, 0, 1.0 }, /* a window of one key */
     { 2, 2,  40,   40, 16, 16, 0,  -1,  -1,      0.0f, 0, 0, 1.0 }, /* unbounded both sides */
