@@ -4994,29 +4994,22 @@ FAVOR__DEFINE_ROWS(favor__rows1_8_bf16, _bf16, uint16_t, favor__v_load_bf16a, 8,
 
 /* favor__rows4_* (nr = 4) or favor__rows1_* (nr = 1) on K and V rows of type t: 0
  * when no kernel fits */
+#define FAVOR__ROWS_AS(NR)                                                                       \
+    (t == FAVOR_F16                                                                              \
+         ? favor__rows##NR##_4_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||             \
+               favor__rows##NR##_8_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)            \
+     : t == FAVOR_BF16                                                                           \
+         ? favor__rows##NR##_4_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||            \
+               favor__rows##NR##_8_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)           \
+         : favor__rows##NR##_4(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec) ||                 \
+               favor__rows##NR##_8(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec))
 static int favor__rows_as(size_t nr, favor_dtype t, const float *q, size_t d, const void *K,
                           size_t ldk, const void *V, size_t ldv, size_t nb, size_t rows,
                           float *P, size_t rec)
 {
     const uint16_t *K16 = (const uint16_t *)K, *V16 = (const uint16_t *)V;
     const float *K32 = (const float *)K, *V32 = (const float *)V;
-    if (nr == 1)
-        return t == FAVOR_F16
-                   ? favor__rows1_4_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||
-                         favor__rows1_8_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)
-               : t == FAVOR_BF16
-                   ? favor__rows1_4_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||
-                         favor__rows1_8_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)
-                   : favor__rows1_4(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec) ||
-                         favor__rows1_8(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec);
-    return t == FAVOR_F16
-               ? favor__rows4_4_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||
-                     favor__rows4_8_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)
-           : t == FAVOR_BF16
-               ? favor__rows4_4_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||
-                     favor__rows4_8_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)
-               : favor__rows4_4(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec) ||
-                     favor__rows4_8(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec);
+    return nr == 1 ? FAVOR__ROWS_AS(1) : FAVOR__ROWS_AS(4);
 }
 
 /* work item (g, b): the partials of block b of key/value head g, over the tiles
@@ -9963,6 +9956,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__RAMP
 #undef FAVOR__RELU_FLOOR
 #undef FAVOR__ROWBLK
+#undef FAVOR__ROWS_AS
 #undef FAVOR__SBP
 #undef FAVOR__SEGMIN
 #undef FAVOR__SEP
