@@ -4892,25 +4892,29 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
 }
 
 /* NR decode rows (four, or one) over keys [0, nb) that every one of them sees,
- * with plain scores (no softcap, ALiBi or mask), d = d_v = NV W: favor__dots4_pv's
- * (favor__dots_pv's) registers and reads (a key row and the previous group's value row in turn,
- * the rows FAVOR__PV_AHEAD bytes on asked for), with each row's running maximum
- * and sum kept in the kernel, a group of W keys at a time, instead of a tile's
- * scores going out to favor__decode_block's passes (maximum, exp, sum, rescale,
- * the tile's bookkeeping: a quarter of the call's time with four fp16 rows, d =
- * 64, 16384 keys, Xeon model 167). Against those passes, on that CPU (favor_ab,
- * 16K-256K keys, four rows or 32 query heads on 8): 0.82-0.88x the time with
- * fp16 at d = 64, 0.86-0.88x fp32, 0.91-0.97x at d = 128 and on two threads,
- * 0.75-0.89x in the AVX2 build; the values two groups behind the keys, so that
- * a group's statistics had a group's time to finish, took 1.02-1.04x. A group's
- * scores are reduced by favor__v_sums (the scores of favor__dots4_pv, bit for
- * bit; keys past the last whole group take favor__dot); a group whose maximum
- * passes the row's rescales its sum and accumulator, then its probabilities
- * exp(s - m) wait in p for the next group's reads. Row r's partial record is P
- * + r rec (maximum, sum, then its d_v accumulator), read and written; q: the
- * rows, ldq apart, scaled; rows: the key rows from K to the cache's end (the
- * prefetches stay in it). 0 (nothing done) for other sizes and for backends
- * under 4 lanes. */
+ * with plain scores (no softcap, ALiBi or mask), d = d_v = NV W:
+ * favor__dots4_pv's (favor__dots_pv's) registers and reads (a key row and the
+ * previous group's value row in turn, the rows FAVOR__PV_AHEAD bytes on asked
+ * for), with each row's running maximum and sum kept in the kernel, a group of
+ * W keys at a time, instead of a tile's scores going out to
+ * favor__decode_block's passes (maximum, exp, sum, rescale, the tile's
+ * bookkeeping: a quarter of the call's time with four fp16 rows, d = 64, 16384
+ * keys, Xeon model 167; 12% with one row). Against those passes, on that CPU
+ * (favor_ab, 16K-256K keys): four rows or 32 query heads on 8 0.82-0.88x the
+ * time with fp16 at d = 64, 0.86-0.88x fp32, 0.91-0.97x at d = 128 and on two
+ * threads, 0.75-0.89x in the AVX2 build; one row 0.91-0.96x. The values two
+ * groups behind the keys, so that a group's statistics had a group's time to
+ * finish, took 1.02-1.04x. A group's scores are reduced by favor__v_sums (the
+ * scores of favor__dots4_pv, bit for bit; keys past the last whole group take
+ * favor__dot); a group whose maximum passes the row's rescales its sum and
+ * accumulator, then its probabilities exp(s - m) wait in p for the next group's
+ * reads, and their sum goes into the row's at once, so that calls over
+ * consecutive tiles that start at whole groups give the bits of one call over
+ * them all (favor__decode_block's K and V of two types). Row r's partial record
+ * is P + r rec (maximum, sum, then its d_v accumulator), read and written; q:
+ * the rows, ldq apart, scaled; rows: the key rows from K to the cache's end
+ * (the prefetches stay in it). 0 (nothing done) for other sizes and for
+ * backends under 4 lanes. */
 #define FAVOR__DEFINE_ROWS(NAME, T, E, LOAD, NV, NR)                                              \
     static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, const E *V,    \
                     size_t ldv, size_t nb, size_t rows, float *P, size_t rec)                    \
