@@ -4983,18 +4983,18 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
         }                                                                                        \
         return 1;                                                                                \
     }
-FAVOR__DEFINE_ROWS(favor__rows4_4, , float, favor__v_load, 4, 4)
-FAVOR__DEFINE_ROWS(favor__rows4_4_f16, _f16, uint16_t, favor__v_load_f16, 4, 4)
-FAVOR__DEFINE_ROWS(favor__rows4_4_bf16, _bf16, uint16_t, favor__v_load_bf16a, 4, 4)
-FAVOR__DEFINE_ROWS(favor__rows4_8, , float, favor__v_load, 8, 4)
-FAVOR__DEFINE_ROWS(favor__rows4_8_f16, _f16, uint16_t, favor__v_load_f16, 8, 4)
-FAVOR__DEFINE_ROWS(favor__rows4_8_bf16, _bf16, uint16_t, favor__v_load_bf16a, 8, 4)
-FAVOR__DEFINE_ROWS(favor__rows1_4, , float, favor__v_load, 4, 1)
-FAVOR__DEFINE_ROWS(favor__rows1_4_f16, _f16, uint16_t, favor__v_load_f16, 4, 1)
-FAVOR__DEFINE_ROWS(favor__rows1_4_bf16, _bf16, uint16_t, favor__v_load_bf16a, 4, 1)
-FAVOR__DEFINE_ROWS(favor__rows1_8, , float, favor__v_load, 8, 1)
-FAVOR__DEFINE_ROWS(favor__rows1_8_f16, _f16, uint16_t, favor__v_load_f16, 8, 1)
-FAVOR__DEFINE_ROWS(favor__rows1_8_bf16, _bf16, uint16_t, favor__v_load_bf16a, 8, 1)
+/* the four-row and one-row kernels of a type and size */
+#define FAVOR__DEFINE_ROWS41(NAME4, NAME1, T, E, LOAD, NV)                                       \
+    FAVOR__DEFINE_ROWS(NAME4, T, E, LOAD, NV, 4)                                                 \
+    FAVOR__DEFINE_ROWS(NAME1, T, E, LOAD, NV, 1)
+FAVOR__DEFINE_ROWS41(favor__rows4_4, favor__rows1_4, , float, favor__v_load, 4)
+FAVOR__DEFINE_ROWS41(favor__rows4_4_f16, favor__rows1_4_f16, _f16, uint16_t, favor__v_load_f16, 4)
+FAVOR__DEFINE_ROWS41(favor__rows4_4_bf16, favor__rows1_4_bf16, _bf16, uint16_t,
+                     favor__v_load_bf16a, 4)
+FAVOR__DEFINE_ROWS41(favor__rows4_8, favor__rows1_8, , float, favor__v_load, 8)
+FAVOR__DEFINE_ROWS41(favor__rows4_8_f16, favor__rows1_8_f16, _f16, uint16_t, favor__v_load_f16, 8)
+FAVOR__DEFINE_ROWS41(favor__rows4_8_bf16, favor__rows1_8_bf16, _bf16, uint16_t,
+                     favor__v_load_bf16a, 8)
 
 /* favor__rows4_* (nr = 4) or favor__rows1_* (nr = 1) on K and V rows of type t: 0
  * when no kernel fits */
@@ -5098,20 +5098,22 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             if (lo != 0) ka = lo;
             if (hi < kb) kb = hi;
         }
-        if (ka == 0 && kb > 0 && x->k->dtype == x->v->dtype &&
-            favor__rows_as(R, x->k->dtype, Qs, d, favor__at(x->k, g, j0), x->k->row_stride,
-                           favor__at(x->v, g, j0), x->v->row_stride, kb, x->nk - j0, P, rec))
-            j0 += kb;
-        /* K and V of two types: a tile at a time, widened, by the fp32 kernel: the
-         * same operations in the same order (the tiles start at whole groups), so
-         * the same bits as one type read in place */
-        for (t0 = 0; ka == 0 && kb > 0 && x->k->dtype != x->v->dtype && t0 < kb; t0 += nb) {
-            const float *Kt, *Vt;
-            nb = kb - t0 < BK ? kb - t0 : BK;
-            Kt = favor__in(x->k, g, j0 + t0, nb, Kb, &lk);
-            Vt = favor__in(x->v, g, j0 + t0, nb, Vb, &lv);
-            favor__rows_as(R, FAVOR_F32, Qs, d, Kt, lk, Vt, lv, nb, nb, P, rec);
-            if (t0 + nb == kb) j0 += kb;
+        if (ka == 0 && kb > 0) {
+            if (x->k->dtype == x->v->dtype)
+                favor__rows_as(R, x->k->dtype, Qs, d, favor__at(x->k, g, j0), x->k->row_stride,
+                               favor__at(x->v, g, j0), x->v->row_stride, kb, x->nk - j0, P, rec);
+            /* K and V of two types: a tile at a time, widened, by the fp32 kernel:
+             * the same operations in the same order (the tiles start at whole
+             * groups), so the same bits as one type read in place */
+            else
+                for (t0 = 0; t0 < kb; t0 += nb) {
+                    const float *Kt, *Vt;
+                    nb = kb - t0 < BK ? kb - t0 : BK;
+                    Kt = favor__in(x->k, g, j0 + t0, nb, Kb, &lk);
+                    Vt = favor__in(x->v, g, j0 + t0, nb, Vb, &lv);
+                    favor__rows_as(R, FAVOR_F32, Qs, d, Kt, lk, Vt, lv, nb, nb, P, rec);
+                }
+            j0 += kb; /* (fits: a kernel took them) */
         }
     }
     for (; j0 < jend; j0 += BK) {
@@ -9928,6 +9930,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__DEFINE_EXP
 #undef FAVOR__DEFINE_PV_KEY
 #undef FAVOR__DEFINE_ROWS
+#undef FAVOR__DEFINE_ROWS41
 #undef FAVOR__DEFINE_TANH
 #undef FAVOR__DT_ENTRY
 #undef FAVOR__DT_PROTO
