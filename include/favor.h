@@ -4694,7 +4694,14 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
  * favor__gemm; rows that see the same keys are scored four at a time
  * (favor__dots4, each vector of the tile loaded once for the four), and when
  * there are exactly four, they read a 16-bit K tile in place (only V is
- * widened). Every path above adds each element's terms in the same order. From
+ * widened). Every path above adds each element's terms in the same order. Up
+ * to FAVOR__DEC_GROUPED rows with plain scores and d = d_v of 4 or 8 vectors
+ * take the keys that all of them see through favor__rows_as first, four rows
+ * at a time (then two, then one), each row's running maximum and sum held in
+ * registers: K and V are read once per group, in place, and the tiles above
+ * take only the keys left (a causal call's last few, a window's first block).
+ * Which path a call takes depends on its shape and options, never on the
+ * element types. From
  * FAVOR__DEC_LANES rows on (whole vectors of them, no mask or ALiBi) the rows
  * are scored key-major instead, one row per lane (favor__decode_lanes), as
  * the prefill scores its query blocks. A
@@ -4706,6 +4713,7 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
 #define FAVOR__DEC_ROWS 32
 #define FAVOR__DEC_BLOCK 512
 #define FAVOR__DEC_DIRECT 4 /* the most rows that read the tiles in place */
+#define FAVOR__DEC_GROUPED 8 /* the most rows of favor__rows_as, by groups of four */
 #define FAVOR__DEC_LANES 32 /* the fewest rows scored key-major (favor__decode_lanes) */
 
 typedef favor__sm favor__dec;
@@ -4891,7 +4899,7 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
     favor__decode_pv(x, j0, nb, St, 1, R, V, ldv, P, full);
 }
 
-/* NR decode rows (four, or one) over keys [0, nb) that every one of them sees,
+/* NR decode rows (four, two or one) over keys [0, nb) that all of them see,
  * with plain scores (no softcap, ALiBi or mask), d = d_v = NV W:
  * favor__dots4_pv's (favor__dots_pv's) registers and reads (a key row and the
  * previous group's value row in turn, the rows FAVOR__PV_AHEAD bytes on asked
@@ -4913,7 +4921,8 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
  * them all (favor__decode_block's K and V of two types). Row r's partial record
  * is P + r rec (maximum, sum, then its d_v accumulator), read and written; q:
  * the rows, ldq apart, scaled; rows: the key rows from K to the cache's end
- * (the prefetches stay in it). 0 (nothing done) for other sizes and for
+ * (the prefetches stay in it; 0: no prefetches, K and V in cache). 0 (nothing
+ * done) for other sizes and for
  * backends under 4 lanes. */
 #define FAVOR__DEFINE_ROWS(NAME, T, E, LOAD, NV, NR)                                              \
     static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, const E *V,    \
@@ -4983,21 +4992,24 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
         }                                                                                        \
         return 1;                                                                                \
     }
-/* the four-row and one-row kernels of a type and size */
-#define FAVOR__DEFINE_ROWS41(NAME4, NAME1, T, E, LOAD, NV)                                       \
+/* the four-row, two-row and one-row kernels of a type and size */
+#define FAVOR__DEFINE_ROWS421(NAME4, NAME2, NAME1, T, E, LOAD, NV)                               \
     FAVOR__DEFINE_ROWS(NAME4, T, E, LOAD, NV, 4)                                                 \
+    FAVOR__DEFINE_ROWS(NAME2, T, E, LOAD, NV, 2)                                                 \
     FAVOR__DEFINE_ROWS(NAME1, T, E, LOAD, NV, 1)
-FAVOR__DEFINE_ROWS41(favor__rows4_4, favor__rows1_4, , float, favor__v_load, 4)
-FAVOR__DEFINE_ROWS41(favor__rows4_4_f16, favor__rows1_4_f16, _f16, uint16_t, favor__v_load_f16, 4)
-FAVOR__DEFINE_ROWS41(favor__rows4_4_bf16, favor__rows1_4_bf16, _bf16, uint16_t,
-                     favor__v_load_bf16a, 4)
-FAVOR__DEFINE_ROWS41(favor__rows4_8, favor__rows1_8, , float, favor__v_load, 8)
-FAVOR__DEFINE_ROWS41(favor__rows4_8_f16, favor__rows1_8_f16, _f16, uint16_t, favor__v_load_f16, 8)
-FAVOR__DEFINE_ROWS41(favor__rows4_8_bf16, favor__rows1_8_bf16, _bf16, uint16_t,
-                     favor__v_load_bf16a, 8)
+FAVOR__DEFINE_ROWS421(favor__rows4_4, favor__rows2_4, favor__rows1_4, , float, favor__v_load, 4)
+FAVOR__DEFINE_ROWS421(favor__rows4_4_f16, favor__rows2_4_f16, favor__rows1_4_f16, _f16, uint16_t,
+                      favor__v_load_f16, 4)
+FAVOR__DEFINE_ROWS421(favor__rows4_4_bf16, favor__rows2_4_bf16, favor__rows1_4_bf16, _bf16,
+                      uint16_t, favor__v_load_bf16a, 4)
+FAVOR__DEFINE_ROWS421(favor__rows4_8, favor__rows2_8, favor__rows1_8, , float, favor__v_load, 8)
+FAVOR__DEFINE_ROWS421(favor__rows4_8_f16, favor__rows2_8_f16, favor__rows1_8_f16, _f16, uint16_t,
+                      favor__v_load_f16, 8)
+FAVOR__DEFINE_ROWS421(favor__rows4_8_bf16, favor__rows2_8_bf16, favor__rows1_8_bf16, _bf16,
+                      uint16_t, favor__v_load_bf16a, 8)
 
-/* favor__rows4_* (nr = 4) or favor__rows1_* (nr = 1) on K and V rows of type t: 0
- * when no kernel fits */
+/* favor__rows4_*, favor__rows2_* or favor__rows1_* (nr = 4, 2 or 1) on K and V
+ * rows of type t: 0 when no kernel fits */
 #define FAVOR__ROWS_AS(NR)                                                                       \
     (t == FAVOR_F16                                                                              \
          ? favor__rows##NR##_4_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||             \
@@ -5013,7 +5025,7 @@ static int favor__rows_as(size_t nr, favor_dtype t, const float *q, size_t d, co
 {
     const uint16_t *K16 = (const uint16_t *)K, *V16 = (const uint16_t *)V;
     const float *K32 = (const float *)K, *V32 = (const float *)V;
-    return nr == 1 ? FAVOR__ROWS_AS(1) : FAVOR__ROWS_AS(4);
+    return nr == 1 ? FAVOR__ROWS_AS(1) : nr == 2 ? FAVOR__ROWS_AS(2) : FAVOR__ROWS_AS(4);
 }
 
 /* work item (g, b): the partials of block b of key/value head g, over the tiles
@@ -5085,13 +5097,27 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     if (lanes) favor__transpose(R, d, Qs, d, Qt, R);
     if (beg > j0) j0 = beg; /* the tiles of the keys some row sees */
     if (end < jend) jend = end;
-    /* one or four direct rows with plain scores: the keys from j0 that all of
-     * them see (every key of the block but a causal call's last few) in one call
-     * that keeps their statistics in registers (favor__rows_as); the rest, if
-     * any, in the tiles below */
-    if ((R == 4 || R == 1) && fits && !x->md.mask && !x->md.alibi && !(x->md.cap > 0.0f) &&
+    /* up to FAVOR__DEC_GROUPED rows with plain scores, d = d_v of 4 or 8
+     * vectors: the keys from j0 that all of them see (every key of the block
+     * but a causal call's last few) by favor__rows_as, which keeps the rows'
+     * statistics in registers, four rows at a time (then two, then one). One
+     * such group, K and V of one type: one call over the keys, in place; more
+     * groups, a 64-key tile at a time, each group in turn, the first asking
+     * for the rows ahead (the tile in L1 for the others); K and V of two
+     * types: each tile widened, then the fp32 kernel (the tiles start at
+     * whole groups of keys, so the same bits as one type read in place). The
+     * rest, if any, in the tiles below. Xeon model 167 (favor_ab, 16K-256K
+     * keys, 1 and 2 threads): two rows (16 query heads on 8, or two
+     * positions), which read K and V a row at a time before, 0.67-0.82x the
+     * time, about one row's; three to eight with 16-bit K and V 0.75-0.89x
+     * the widened tiles', fp32 0.96-1.13x (its tiles are not widened, and the
+     * groups after the first take about 15 ns a key from L1); the AVX2 build
+     * alike. A whole block per group instead of a tile: no faster. 16 fp32
+     * rows of d = 128 took 1.17-1.21x: more stay with the tiles */
+    if (fits && R <= FAVOR__DEC_GROUPED && !x->md.mask && !x->md.alibi && !(x->md.cap > 0.0f) &&
         j0 < jend) {
-        size_t ka, kb, t0, nb, lk, lv;
+        size_t ka, kb, t0, nb, lk, lv, r0, nr;
+        const int one = x->k->dtype == x->v->dtype;
         favor__tile_keys(x, 0, j0, jend - j0, &ka, &kb);
         for (i = 1; i < x->n && ka == 0; ++i) {
             favor__tile_keys(x, i, j0, jend - j0, &lo, &hi);
@@ -5099,19 +5125,30 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
             if (hi < kb) kb = hi;
         }
         if (ka == 0 && kb > 0) {
-            if (x->k->dtype == x->v->dtype)
+            if (one && (R == 1 || R == 2 || R == 4))
                 favor__rows_as(R, x->k->dtype, Qs, d, favor__at(x->k, g, j0), x->k->row_stride,
                                favor__at(x->v, g, j0), x->v->row_stride, kb, x->nk - j0, P, rec);
-            /* K and V of two types: a tile at a time, widened, by the fp32 kernel:
-             * the same operations in the same order (the tiles start at whole
-             * groups), so the same bits as one type read in place */
             else
                 for (t0 = 0; t0 < kb; t0 += nb) {
-                    const float *Kt, *Vt;
+                    const void *Kt, *Vt;
+                    size_t ahead;
                     nb = kb - t0 < BK ? kb - t0 : BK;
-                    Kt = favor__in(x->k, g, j0 + t0, nb, Kb, &lk);
-                    Vt = favor__in(x->v, g, j0 + t0, nb, Vb, &lv);
-                    favor__rows_as(R, FAVOR_F32, Qs, d, Kt, lk, Vt, lv, nb, nb, P, rec);
+                    if (one) {
+                        Kt = favor__at(x->k, g, j0 + t0);
+                        Vt = favor__at(x->v, g, j0 + t0);
+                        lk = x->k->row_stride;
+                        lv = x->v->row_stride;
+                        ahead = x->nk - (j0 + t0);
+                    } else {
+                        Kt = favor__in(x->k, g, j0 + t0, nb, Kb, &lk);
+                        Vt = favor__in(x->v, g, j0 + t0, nb, Vb, &lv);
+                        ahead = nb;
+                    }
+                    for (r0 = 0; r0 < R; r0 += nr) {
+                        nr = R - r0 >= 4 ? 4 : R - r0 >= 2 ? 2 : 1;
+                        favor__rows_as(nr, one ? x->k->dtype : FAVOR_F32, Qs + r0 * d, d, Kt, lk,
+                                       Vt, lv, nb, r0 ? 0 : ahead, P + r0 * rec, rec);
+                    }
                 }
             j0 += kb; /* (fits: a kernel took them) */
         }
@@ -9738,6 +9775,12 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__rows1_8 FAVOR__N(favor__rows1_8)
 #define favor__rows1_8_bf16 FAVOR__N(favor__rows1_8_bf16)
 #define favor__rows1_8_f16 FAVOR__N(favor__rows1_8_f16)
+#define favor__rows2_4 FAVOR__N(favor__rows2_4)
+#define favor__rows2_4_bf16 FAVOR__N(favor__rows2_4_bf16)
+#define favor__rows2_4_f16 FAVOR__N(favor__rows2_4_f16)
+#define favor__rows2_8 FAVOR__N(favor__rows2_8)
+#define favor__rows2_8_bf16 FAVOR__N(favor__rows2_8_bf16)
+#define favor__rows2_8_f16 FAVOR__N(favor__rows2_8_f16)
 #define favor__rows4_4 FAVOR__N(favor__rows4_4)
 #define favor__rows4_4_bf16 FAVOR__N(favor__rows4_4_bf16)
 #define favor__rows4_4_f16 FAVOR__N(favor__rows4_4_f16)
@@ -9919,6 +9962,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__CHUNK
 #undef FAVOR__DEC_BLOCK
 #undef FAVOR__DEC_DIRECT
+#undef FAVOR__DEC_GROUPED
 #undef FAVOR__DEC_LANES
 #undef FAVOR__DEC_ROWS
 #undef FAVOR__DEFINE_CONVERT
@@ -9930,7 +9974,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__DEFINE_EXP
 #undef FAVOR__DEFINE_PV_KEY
 #undef FAVOR__DEFINE_ROWS
-#undef FAVOR__DEFINE_ROWS41
+#undef FAVOR__DEFINE_ROWS421
 #undef FAVOR__DEFINE_TANH
 #undef FAVOR__DT_ENTRY
 #undef FAVOR__DT_PROTO
@@ -10261,6 +10305,12 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__rows1_8
 #undef favor__rows1_8_bf16
 #undef favor__rows1_8_f16
+#undef favor__rows2_4
+#undef favor__rows2_4_bf16
+#undef favor__rows2_4_f16
+#undef favor__rows2_8
+#undef favor__rows2_8_bf16
+#undef favor__rows2_8_f16
 #undef favor__rows4_4
 #undef favor__rows4_4_bf16
 #undef favor__rows4_4_f16

@@ -460,13 +460,12 @@ static void test_forward(void **state)
 }
 
 /* Decode rows whose q and P V the kernel keeps in registers (favor__dots_pv4 and
- * _pv8: d = d_v = 4 or 8 vectors; one or four rows with K and V of one type:
- * favor__rows_as), in 16-bit types and mixed, against the fp32 call's same
- * kernel, bit for bit, and the reference: softmax only (the linear methods have
- * no decode path), one, two or four rows per key/value head (four:
- * favor__dots4_pv, or with K and V of two types the shared tiles), past one
- * tile of keys, causal and not. d = 16, 32, 64 and 128: two of them on each
- * SIMD backend. */
+ * _pv8: d = d_v = 4 or 8 vectors; up to eight rows where they see the same
+ * keys: favor__rows_as), in 16-bit types and mixed, against the fp32 call's
+ * same kernel, bit for bit, and the reference: softmax only (the linear methods
+ * have no decode path), one to eight rows per key/value head (four where some
+ * differ: favor__dots4_pv), past one tile of keys, causal and not. d = 16, 32,
+ * 64 and 128: two of them on each SIMD backend. */
 static void test_forward_decode_rows(void **state)
 {
     static const shape shapes[] = {
@@ -482,6 +481,14 @@ static void test_forward_decode_rows(void **state)
         { 4, 1, 1, 130, 128, 128 },
         { 1, 1, 4, 100, 32, 32 },
         { 4, 2, 1, 80, 16, 16 },
+        /* three to eight rows (favor__rows_as by groups of four, two and one,
+         * a 64-key tile at a time, in place, or K and V of two types widened):
+         * 2 + 1, 4 + 1, 4 + 4, and 4 + 2 over two positions, on each backend */
+        { 3, 1, 1, 130, 128, 128 },
+        { 3, 1, 1, 90, 16, 16 },
+        { 5, 1, 1, 140, 64, 64 },
+        { 8, 1, 1, 150, 64, 64 },
+        { 3, 1, 2, 100, 32, 32 },
     };
     tu_rng rng;
     size_t si, ci;
