@@ -7,6 +7,7 @@
  *         prefill:N:D:TYPE:HQ/HK:causal|full:THREADS
  *         backward:N:D:TYPE:HQ/HK:causal|full:THREADS (the prefill's gradients)
  *   TYPE: f32, f16 or bf16 (K and V; Q and O are fp32)
+ *   then, optionally, :cap=C (softcap C) and :alibi (the slopes 2^(-8 (h + 1) / HQ))
  *
  * Each LIB.so is bench/favor_ab_lib.c built against one favor.h
  * (bench/favor_ab.sh builds them from files or git revisions). On a shared
@@ -98,10 +99,10 @@ static int ab_parse_case(const char *s, favor_ab_case *c)
         return 0;
     s += used;
     if (!strcmp(kind, "decode")) {
-        if (sscanf(s, "%lu:%d", &rows, &threads) != 2) return 0;
+        if (sscanf(s, "%lu:%d%n", &rows, &threads, &used) != 2) return 0;
         c->decode = c->causal = 1;
     } else if (!strcmp(kind, "prefill") || !strcmp(kind, "backward")) {
-        if (sscanf(s, "%7[a-z]:%d", mode, &threads) != 2) return 0;
+        if (sscanf(s, "%7[a-z]:%d%n", mode, &threads, &used) != 2) return 0;
         if (strcmp(mode, "causal") && strcmp(mode, "full")) return 0;
         c->causal = !strcmp(mode, "causal");
         c->backward = !strcmp(kind, "backward");
@@ -115,6 +116,18 @@ static int ab_parse_case(const char *s, favor_ab_case *c)
     c->hk = hk;
     c->rows = rows;
     c->threads = threads;
+    for (s += used; *s;) { /* the variants: :cap=C, :alibi */
+        float cap;
+        used = 0;
+        if (sscanf(s, ":cap=%f%n", &cap, &used) == 1 && used && cap > 0.0f)
+            c->cap = cap;
+        else if (!strncmp(s, ":alibi", 6) && (s[6] == ':' || !s[6])) {
+            c->alibi = 1;
+            used = 6;
+        } else
+            return 0;
+        s += used;
+    }
     return c->type >= 0 && nk && d && hq && hk && hq % hk == 0 && rows && rows <= nk &&
            threads >= 1;
 }
@@ -127,6 +140,7 @@ static void ab_usage(void)
             "        prefill:N:D:TYPE:HQ/HK:causal|full:THREADS\n"
             "        backward:N:D:TYPE:HQ/HK:causal|full:THREADS (dq compared)\n"
             "  TYPE: f32, f16, bf16 (K and V)\n"
+            "  then, optionally, :cap=C (softcap) and :alibi (ALiBi, slopes 2^(-8(h+1)/hq))\n"
             "  e.g. favor_ab a.so b.so -- decode:16384:64:f16:32/8:1:1\n");
 }
 
@@ -213,10 +227,12 @@ int main(int argc, char **argv)
             c.dk = dk;
             c.dv = dv;
         }
-        printf("%s%s: %s K/V, %zu keys, d %zu, %zu query heads on %zu, %zu row%s, %d thread%s\n",
+        printf("%s%s: %s K/V, %zu keys, d %zu, %zu query heads on %zu, %zu row%s, %d thread%s"
+               "%s%s\n",
                argv[i], c.backward ? " (dq compared)" : "",
                c.type == 0 ? "fp32" : c.type == 1 ? "fp16" : "bf16", c.n_keys, c.d, c.hq, c.hk,
-               c.rows, c.rows > 1 ? "s" : "", c.threads, c.threads > 1 ? "s" : "");
+               c.rows, c.rows > 1 ? "s" : "", c.threads, c.threads > 1 ? "s" : "",
+               c.cap > 0.0f ? ", softcap" : "", c.alibi ? ", ALiBi" : "");
         /* a warm-up call each, whose output is compared with build 0's */
         for (int b = 0; b < nl; ++b) {
             int st = fn[b](&c, q, k, v, b ? o : o0);

@@ -13,12 +13,15 @@
  * call (row i sees keys j <= i + n_keys - rows); prefill: rows = n_keys,
  * causal or not. backward: favor_softmax_attention_backward of that call, given
  * its output `out` and `dout` (hq*rows*d floats each, no lse: the call
- * recomputes it), writing dq into o and dk, dv (hk*n_keys*d floats each). */
+ * recomputes it), writing dq into o and dk, dv (hk*n_keys*d floats each).
+ * cap, alibi: the score variants (favor_options.softcap, .alibi). */
 typedef struct {
     int decode, causal, backward;
     int type; /* K and V: 0 fp32, 1 fp16, 2 bf16 (Q, O and the gradients fp32) */
     size_t n_keys, rows, d, hq, hk;
     int threads;
+    float cap; /* softcap c (0: none) */
+    int alibi; /* 1: ALiBi with the slopes 2^(-8 (h + 1) / hq) */
     const float *out, *dout; /* backward only */
     float *dk, *dv;
 } favor_ab_case;

@@ -6,7 +6,9 @@
 #define FAVOR_IMPLEMENTATION
 #include "favor.h"
 #include "favor_ab.h"
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 int favor_ab_softmax(const favor_ab_case *c, const float *q, const void *k, const void *v,
                      float *o);
@@ -23,8 +25,17 @@ int favor_ab_softmax(const favor_ab_case *c, const float *q, const void *k, cons
     K = favor_tensor_packed_as(types[c->type], (void *)(uintptr_t)k, c->hk, c->n_keys, c->d);
     V = favor_tensor_packed_as(types[c->type], (void *)(uintptr_t)v, c->hk, c->n_keys, c->d);
     O = favor_tensor_packed_as(FAVOR_F32, o, c->hq, c->rows, c->d);
+    float *slopes = NULL;
+    int st;
     op.threads = c->threads;
     op.flags = c->decode || c->causal ? FAVOR_CAUSAL : 0u;
+    op.softcap = c->cap;
+    if (c->alibi) { /* a call's own slopes: the timing includes 8 divisions a call */
+        size_t h;
+        if (!(slopes = (float *)malloc(c->hq * sizeof *slopes))) return -1;
+        for (h = 0; h < c->hq; ++h) slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)c->hq);
+        op.alibi = slopes;
+    }
     if (c->backward) {
         favor_tensor Out, dOut, dK, dV;
         Out = favor_tensor_packed_as(FAVOR_F32, (void *)(uintptr_t)c->out, c->hq, c->rows, c->d);
@@ -32,8 +43,9 @@ int favor_ab_softmax(const favor_ab_case *c, const float *q, const void *k, cons
                                       c->d);
         dK = favor_tensor_packed_as(FAVOR_F32, c->dk, c->hk, c->n_keys, c->d);
         dV = favor_tensor_packed_as(FAVOR_F32, c->dv, c->hk, c->n_keys, c->d);
-        return (int)favor_softmax_attention_backward(&Q, &K, &V, &Out, &dOut, &O, &dK, &dV,
-                                                     &op);
-    }
-    return (int)favor_softmax_attention(&Q, &K, &V, &O, &op);
+        st = (int)favor_softmax_attention_backward(&Q, &K, &V, &Out, &dOut, &O, &dK, &dV, &op);
+    } else
+        st = (int)favor_softmax_attention(&Q, &K, &V, &O, &op);
+    free(slopes);
+    return st;
 }

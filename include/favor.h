@@ -2540,10 +2540,10 @@ FAVOR__DEFINE_DOTS_PV(favor__dots_pv8_bf16, _bf16, uint16_t, favor__v_load_bf16a
  * the time of 8 on 8 for fp32 and 1.27-1.63x for fp16, the core waiting for
  * line-fill slots at the prefetches). Each element adds its terms in
  * favor__dots_pv's order: the bits are the same. 0 for the sizes
- * favor__dots_pv refuses. Keys that all four rows see with plain scores go to
+ * favor__dots_pv refuses. Keys that all four rows see with no mask go to
  * favor__rows_as instead, which keeps the rows' statistics in the kernel; this
- * one takes the tiles left: softcap, ALiBi or a mask, and a block whose rows
- * start or end at different keys. */
+ * one takes the tiles left: a mask, and a block whose rows start or end at
+ * different keys. */
 #define FAVOR__DEFINE_DOTS4_PV(NAME, T, E, LOAD, NV)                                              \
     static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, size_t nb,     \
                     float *S, size_t lds, const favor__pvrow *pv, size_t ldc)                    \
@@ -4695,7 +4695,7 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
  * (favor__dots4, each vector of the tile loaded once for the four), and when
  * there are exactly four, they read a 16-bit K tile in place (only V is
  * widened). Every path above adds each element's terms in the same order. Up
- * to FAVOR__DEC_GROUPED rows with plain scores and d = d_v of 4 or 8 vectors
+ * to FAVOR__DEC_GROUPED rows with no mask and d = d_v of 4 or 8 vectors
  * take the keys that all of them see through favor__rows_as first, four rows
  * at a time (then two, then one), each row's running maximum and sum held in
  * registers: K and V are read once per group, in place, and the tiles above
@@ -4899,8 +4899,34 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
     favor__decode_pv(x, j0, nb, St, 1, R, V, ldv, P, full);
 }
 
+/* Score variants of favor__rows_as' rows: softcap c (0: none), then per row
+ * ALiBi's slope (0: none) and the row's position less the first key's. */
+typedef struct {
+    float cap;
+    const float *slope;
+    const ptrdiff_t *pos;
+} favor__rowvar;
+
+/* the g scores p[r W + u] (u < g) of rows r < nr at keys j + u, softcapped and
+ * ALiBi-biased as the tiles do it (favor__decode_block), element by element
+ * with the same operations; lanes from g on are left as they are. Out of
+ * line: one copy for the eighteen kernels, called once a group of W keys. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((noinline))
+#endif
+static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t j, size_t g)
+{
+    size_t r;
+    for (r = 0; r < nr; ++r) {
+        if (v->cap > 0.0f) favor__softcap(p + r * FAVOR__W, NULL, v->cap, g);
+        if (v->slope[r] != 0.0f)
+            favor__alibi(p + r * FAVOR__W, -v->slope[r], (float)(v->pos[r] - (ptrdiff_t)j),
+                         -1.0f, g);
+    }
+}
+
 /* NR decode rows (four, two or one) over keys [0, nb) that all of them see,
- * with plain scores (no softcap, ALiBi or mask), d = d_v = NV W:
+ * with no mask (vx: softcap, ALiBi, or NULL for neither), d = d_v = NV W:
  * favor__dots4_pv's (favor__dots_pv's) registers and reads (a key row and the
  * previous group's value row in turn, the rows FAVOR__PV_AHEAD bytes on asked
  * for), with each row's running maximum and sum kept in the kernel, a group of
@@ -4921,12 +4947,14 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
  * them all (favor__decode_block's K and V of two types). Row r's partial record
  * is P + r rec (maximum, sum, then its d_v accumulator), read and written; q:
  * the rows, ldq apart, scaled; rows: the key rows from K to the cache's end
- * (the prefetches stay in it; 0: no prefetches, K and V in cache). 0 (nothing
- * done) for other sizes and for
+ * (the prefetches stay in it; 0: no prefetches, K and V in cache). A group's
+ * scores go through favor__rows_var when vx is set (softcap, then ALiBi, each
+ * element as the tiles do it). 0 (nothing done) for other sizes and for
  * backends under 4 lanes. */
 #define FAVOR__DEFINE_ROWS(NAME, T, E, LOAD, NV, NR)                                              \
     static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, const E *V,    \
-                    size_t ldv, size_t nb, size_t rows, float *P, size_t rec)                    \
+                    size_t ldv, size_t nb, size_t rows, float *P, size_t rec,                    \
+                    const favor__rowvar *vx)                                                     \
     {                                                                                            \
         favor__vf cv[NR][NV], s[NR];                                                             \
         float m[NR], mc[NR], l[NR], al[NR], p[NR * FAVOR__W]; /* p: the last group's */          \
@@ -4964,6 +4992,11 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
                         p[r * FAVOR__W + u] = favor__dot##T(q + r * ldq, K + (j + u) * ldk, d);  \
                     s[r] = favor__v_load(p + r * FAVOR__W);                                      \
                 }                                                                                \
+            }                                                                                    \
+            if (vx) { /* softcap, ALiBi: the scores through p, free until the exp */             \
+                FAVOR__UNROLL for (r = 0; r < NR; ++r) favor__v_store(p + r * FAVOR__W, s[r]);   \
+                favor__rows_var(vx, p, NR, j, g);                                                \
+                FAVOR__UNROLL for (r = 0; r < NR; ++r) s[r] = favor__v_load(p + r * FAVOR__W);   \
             }                                                                                    \
             for (r = 0; r < NR; ++r) { /* one exp in the code: the rows in a loop */             \
                 const float mx = favor__v_hmax(s[r]);                                            \
@@ -5012,16 +5045,16 @@ FAVOR__DEFINE_ROWS421(favor__rows4_8_bf16, favor__rows2_8_bf16, favor__rows1_8_b
  * rows of type t: 0 when no kernel fits */
 #define FAVOR__ROWS_AS(NR)                                                                       \
     (t == FAVOR_F16                                                                              \
-         ? favor__rows##NR##_4_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||             \
-               favor__rows##NR##_8_f16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)            \
+         ? favor__rows##NR##_4_f16 FAVOR__ROWS_ARGS(16) ||                                       \
+               favor__rows##NR##_8_f16 FAVOR__ROWS_ARGS(16)                                      \
      : t == FAVOR_BF16                                                                           \
-         ? favor__rows##NR##_4_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec) ||            \
-               favor__rows##NR##_8_bf16(q, d, d, K16, ldk, V16, ldv, nb, rows, P, rec)           \
-         : favor__rows##NR##_4(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec) ||                 \
-               favor__rows##NR##_8(q, d, d, K32, ldk, V32, ldv, nb, rows, P, rec))
+         ? favor__rows##NR##_4_bf16 FAVOR__ROWS_ARGS(16) ||                                      \
+               favor__rows##NR##_8_bf16 FAVOR__ROWS_ARGS(16)                                     \
+         : favor__rows##NR##_4 FAVOR__ROWS_ARGS(32) || favor__rows##NR##_8 FAVOR__ROWS_ARGS(32))
+#define FAVOR__ROWS_ARGS(B) (q, d, d, K##B, ldk, V##B, ldv, nb, rows, P, rec, vx)
 static int favor__rows_as(size_t nr, favor_dtype t, const float *q, size_t d, const void *K,
                           size_t ldk, const void *V, size_t ldv, size_t nb, size_t rows,
-                          float *P, size_t rec)
+                          float *P, size_t rec, const favor__rowvar *vx)
 {
     const uint16_t *K16 = (const uint16_t *)K, *V16 = (const uint16_t *)V;
     const float *K32 = (const float *)K, *V32 = (const float *)V;
@@ -5097,7 +5130,7 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     if (lanes) favor__transpose(R, d, Qs, d, Qt, R);
     if (beg > j0) j0 = beg; /* the tiles of the keys some row sees */
     if (end < jend) jend = end;
-    /* up to FAVOR__DEC_GROUPED rows with plain scores, d = d_v of 4 or 8
+    /* up to FAVOR__DEC_GROUPED rows with no mask, d = d_v of 4 or 8
      * vectors: the keys from j0 that all of them see (every key of the block
      * but a causal call's last few) by favor__rows_as, which keeps the rows'
      * statistics in registers, four rows at a time (then two, then one). One
@@ -5114,10 +5147,23 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
      * groups after the first take about 15 ns a key from L1); the AVX2 build
      * alike. A whole block per group instead of a tile: no faster. 16 fp32
      * rows of d = 128 took 1.17-1.21x: more stay with the tiles */
-    if (fits && R <= FAVOR__DEC_GROUPED && !x->md.mask && !x->md.alibi && !(x->md.cap > 0.0f) &&
-        j0 < jend) {
+    if (fits && R <= FAVOR__DEC_GROUPED && !x->md.mask && j0 < jend) {
         size_t ka, kb, t0, nb, lk, lv, r0, nr;
         const int one = x->k->dtype == x->v->dtype;
+        float slope[FAVOR__DEC_GROUPED];
+        ptrdiff_t pos0[FAVOR__DEC_GROUPED], pos[FAVOR__DEC_GROUPED];
+        favor__rowvar var, *vx = NULL;
+        if (x->md.cap > 0.0f || x->md.alibi) { /* softcap, ALiBi: in the kernel */
+            var.cap = x->md.cap > 0.0f ? x->md.cap : 0.0f;
+            var.slope = slope;
+            var.pos = pos;
+            vx = &var;
+            for (r = 0; r < R; ++r) {
+                slope[r] = favor__slope(&x->md, g * x->grp + r % x->grp);
+                pos0[r] = (ptrdiff_t)(r / x->grp + x->nk) - (ptrdiff_t)(x->n + j0); /* p_i - j0 */
+                pos[r] = pos0[r];
+            }
+        }
         favor__tile_keys(x, 0, j0, jend - j0, &ka, &kb);
         for (i = 1; i < x->n && ka == 0; ++i) {
             favor__tile_keys(x, i, j0, jend - j0, &lo, &hi);
@@ -5127,7 +5173,8 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
         if (ka == 0 && kb > 0) {
             if (one && (R == 1 || R == 2 || R == 4))
                 favor__rows_as(R, x->k->dtype, Qs, d, favor__at(x->k, g, j0), x->k->row_stride,
-                               favor__at(x->v, g, j0), x->v->row_stride, kb, x->nk - j0, P, rec);
+                               favor__at(x->v, g, j0), x->v->row_stride, kb, x->nk - j0, P, rec,
+                               vx);
             else
                 for (t0 = 0; t0 < kb; t0 += nb) {
                     const void *Kt, *Vt;
@@ -5146,8 +5193,13 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
                     }
                     for (r0 = 0; r0 < R; r0 += nr) {
                         nr = R - r0 >= 4 ? 4 : R - r0 >= 2 ? 2 : 1;
+                        if (vx) { /* rows r0.., keys from j0 + t0 */
+                            var.slope = slope + r0;
+                            var.pos = pos + r0;
+                            for (r = r0; r < r0 + nr; ++r) pos[r] = pos0[r] - (ptrdiff_t)t0;
+                        }
                         favor__rows_as(nr, one ? x->k->dtype : FAVOR_F32, Qs + r0 * d, d, Kt, lk,
-                                       Vt, lv, nb, r0 ? 0 : ahead, P + r0 * rec, rec);
+                                       Vt, lv, nb, r0 ? 0 : ahead, P + r0 * rec, rec, vx);
                     }
                 }
             j0 += kb; /* (fits: a kernel took them) */
@@ -9788,6 +9840,8 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__rows4_8_bf16 FAVOR__N(favor__rows4_8_bf16)
 #define favor__rows4_8_f16 FAVOR__N(favor__rows4_8_f16)
 #define favor__rows_as FAVOR__N(favor__rows_as)
+#define favor__rows_var FAVOR__N(favor__rows_var)
+#define favor__rowvar FAVOR__N(favor__rowvar)
 #define favor__s_ FAVOR__N(favor__s_)
 #define favor__s_add FAVOR__N(favor__s_add)
 #define favor__s_asfloat FAVOR__N(favor__s_asfloat)
@@ -10007,6 +10061,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__RAMP
 #undef FAVOR__RELU_FLOOR
 #undef FAVOR__ROWBLK
+#undef FAVOR__ROWS_ARGS
 #undef FAVOR__ROWS_AS
 #undef FAVOR__SBP
 #undef FAVOR__SEGMIN
@@ -10318,6 +10373,8 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__rows4_8_bf16
 #undef favor__rows4_8_f16
 #undef favor__rows_as
+#undef favor__rows_var
+#undef favor__rowvar
 #undef favor__s_
 #undef favor__s_add
 #undef favor__s_asfloat

@@ -72,6 +72,12 @@ static const vcase cases[] = {
     { 4, 4,   4, 1300, 64, 64, 1, 700,  -1,      0.0f, 0, 1, 1.0 },
     { 2, 2,   1, 1300, 64, 64, 1, 700,  -1,      0.0f, 0, 1, 1.0 }, /* the same, one row:
                                                                          from the window's start */
+    /* decode, softcap and ALiBi in favor__rows_as: 6 rows per head (3 query heads
+     * by two causal positions: groups of four and two, whose heads and positions
+     * differ) at d = 64, and two rows at d = 128 (AVX-512), past the 512-key
+     * blocks */
+    { 6, 2,   2, 1300, 64, 64, 1,  NOWIN,        2.0f, 1, 0, 1.0 },
+    { 2, 1,   1,  900, 128, 128, 1, NOWIN,       3.0f, 1, 1, 1.0 },
     { 1, 1,  80,   50,  8,  8, 0,   2,   0,      0.0f, 0, 1, 1.0 }, /* right 0, rows with none */
     { 2, 1,  70,   70, 16, 16, 1,   0,  -1,      1.0f, 1, 0, 1.0 }, /* a window of one key */
     { 2, 2,  40,   40, 16, 16, 0,  -1,  -1,      0.0f, 0, 0, 1.0 }, /* unbounded both sides */
