@@ -7,7 +7,8 @@
  *         prefill:N:D:TYPE:HQ/HK:causal|full:THREADS
  *         backward:N:D:TYPE:HQ/HK:causal|full:THREADS (the prefill's gradients)
  *   TYPE: f32, f16 or bf16 (K and V; Q and O are fp32)
- *   then, optionally, :cap=C (softcap C) and :alibi (the slopes 2^(-8 (h + 1) / HQ))
+ *   then, optionally, :cap=C (softcap C), :alibi (the slopes 2^(-8 (h + 1) / HQ)),
+ *   :mask (an fp32 mask of zeros, [1][rows][n_keys]) and :window=L (window_left L)
  *
  * Each LIB.so is bench/favor_ab_lib.c built against one favor.h
  * (bench/favor_ab.sh builds them from files or git revisions). On a shared
@@ -116,14 +117,20 @@ static int ab_parse_case(const char *s, favor_ab_case *c)
     c->hk = hk;
     c->rows = rows;
     c->threads = threads;
-    for (s += used; *s;) { /* the variants: :cap=C, :alibi */
+    for (s += used; *s;) { /* the variants: :cap=C, :alibi, :mask, :window=L */
         float cap;
+        long win;
         used = 0;
         if (sscanf(s, ":cap=%f%n", &cap, &used) == 1 && used && cap > 0.0f)
             c->cap = cap;
+        else if (sscanf(s, ":window=%ld%n", &win, &used) == 1 && used && win > 0)
+            c->window = win;
         else if (!strncmp(s, ":alibi", 6) && (s[6] == ':' || !s[6])) {
             c->alibi = 1;
             used = 6;
+        } else if (!strncmp(s, ":mask", 5) && (s[5] == ':' || !s[5])) {
+            c->mask = 1;
+            used = 5;
         } else
             return 0;
         s += used;
@@ -140,7 +147,8 @@ static void ab_usage(void)
             "        prefill:N:D:TYPE:HQ/HK:causal|full:THREADS\n"
             "        backward:N:D:TYPE:HQ/HK:causal|full:THREADS (dq compared)\n"
             "  TYPE: f32, f16, bf16 (K and V)\n"
-            "  then, optionally, :cap=C (softcap) and :alibi (ALiBi, slopes 2^(-8(h+1)/hq))\n"
+            "  then, optionally, :cap=C (softcap), :alibi (ALiBi, slopes 2^(-8(h+1)/hq)),\n"
+            "  :mask (an fp32 mask of zeros) and :window=L (window_left L)\n"
             "  e.g. favor_ab a.so b.so -- decode:16384:64:f16:32/8:1:1\n");
 }
 
@@ -228,11 +236,12 @@ int main(int argc, char **argv)
             c.dv = dv;
         }
         printf("%s%s: %s K/V, %zu keys, d %zu, %zu query heads on %zu, %zu row%s, %d thread%s"
-               "%s%s\n",
+               "%s%s%s%s\n",
                argv[i], c.backward ? " (dq compared)" : "",
                c.type == 0 ? "fp32" : c.type == 1 ? "fp16" : "bf16", c.n_keys, c.d, c.hq, c.hk,
                c.rows, c.rows > 1 ? "s" : "", c.threads, c.threads > 1 ? "s" : "",
-               c.cap > 0.0f ? ", softcap" : "", c.alibi ? ", ALiBi" : "");
+               c.cap > 0.0f ? ", softcap" : "", c.alibi ? ", ALiBi" : "", c.mask ? ", mask" : "",
+               c.window ? ", window" : "");
         /* a warm-up call each, whose output is compared with build 0's */
         for (int b = 0; b < nl; ++b) {
             int st = fn[b](&c, q, k, v, b ? o : o0);

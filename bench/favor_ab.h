@@ -14,7 +14,8 @@
  * causal or not. backward: favor_softmax_attention_backward of that call, given
  * its output `out` and `dout` (hq*rows*d floats each, no lse: the call
  * recomputes it), writing dq into o and dk, dv (hk*n_keys*d floats each).
- * cap, alibi: the score variants (favor_options.softcap, .alibi). */
+ * cap, alibi, mask, window: the score variants (favor_options.softcap, .alibi,
+ * .mask, .window_left). */
 typedef struct {
     int decode, causal, backward;
     int type; /* K and V: 0 fp32, 1 fp16, 2 bf16 (Q, O and the gradients fp32) */
@@ -22,6 +23,8 @@ typedef struct {
     int threads;
     float cap; /* softcap c (0: none) */
     int alibi; /* 1: ALiBi with the slopes 2^(-8 (h + 1) / hq) */
+    int mask;  /* 1: an fp32 mask of zeros, [1][rows][n_keys] */
+    long window; /* > 0: FAVOR_WINDOW, window_left = window, right unbounded */
     const float *out, *dout; /* backward only */
     float *dk, *dv;
 } favor_ab_case;

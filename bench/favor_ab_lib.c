@@ -25,7 +25,8 @@ int favor_ab_softmax(const favor_ab_case *c, const float *q, const void *k, cons
     K = favor_tensor_packed_as(types[c->type], (void *)(uintptr_t)k, c->hk, c->n_keys, c->d);
     V = favor_tensor_packed_as(types[c->type], (void *)(uintptr_t)v, c->hk, c->n_keys, c->d);
     O = favor_tensor_packed_as(FAVOR_F32, o, c->hq, c->rows, c->d);
-    float *slopes = NULL;
+    float *slopes = NULL, *zeros = NULL;
+    favor_tensor M;
     int st;
     op.threads = c->threads;
     op.flags = c->decode || c->causal ? FAVOR_CAUSAL : 0u;
@@ -35,6 +36,19 @@ int favor_ab_softmax(const favor_ab_case *c, const float *q, const void *k, cons
         if (!(slopes = (float *)malloc(c->hq * sizeof *slopes))) return -1;
         for (h = 0; h < c->hq; ++h) slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)c->hq);
         op.alibi = slopes;
+    }
+    if (c->mask) { /* allocated and zeroed in the call: the timing includes it */
+        if (!(zeros = (float *)calloc(c->rows * c->n_keys, sizeof *zeros))) {
+            free(slopes);
+            return -1;
+        }
+        M = favor_tensor_packed_as(FAVOR_F32, zeros, 1, c->rows, c->n_keys);
+        op.mask = &M;
+    }
+    if (c->window > 0) {
+        op.flags |= FAVOR_WINDOW;
+        op.window_left = (ptrdiff_t)c->window;
+        op.window_right = -1;
     }
     if (c->backward) {
         favor_tensor Out, dOut, dK, dV;
@@ -47,5 +61,6 @@ int favor_ab_softmax(const favor_ab_case *c, const float *q, const void *k, cons
     } else
         st = (int)favor_softmax_attention(&Q, &K, &V, &O, &op);
     free(slopes);
+    free(zeros);
     return st;
 }

@@ -2313,14 +2313,12 @@ FAVOR__DEFINE_PV_KEY(_f16, uint16_t, favor__v_load_f16, favor__s_from_f16)
 FAVOR__DEFINE_PV_KEY(_bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16)
 
 /* A row of P V to add beside the scores of favor__dots: C[c] += sum_j p[j] V_j[c]
- * over keys j < n (V_j = V + j ldv, of type t), c < dv. `rows`: how many key
- * rows the cache holds from the first scored key on (and so from V on, which
- * is at or before it), for favor__dots_pv's prefetch; 0: prefetch nothing. */
+ * over keys j < n (V_j = V + j ldv, of type t), c < dv. */
 typedef struct {
     float *C;
     const float *p;
     const void *V;
-    size_t n, ldv, dv, rows;
+    size_t n, ldv, dv;
     favor_dtype t;
 } favor__pvrow;
 
@@ -2335,7 +2333,6 @@ static void favor__pvrow_make(favor__pvrow *pv, float *C, const float *S, size_t
     pv->n = kb - ka;
     pv->ldv = ldv;
     pv->dv = dv;
-    pv->rows = 0;
     pv->t = t;
 }
 
@@ -2434,36 +2431,11 @@ FAVOR__DEFINE_DOTS(favor__dots_f16, _f16, uint16_t, favor__v_load_f16, favor__s_
 FAVOR__DEFINE_DOTS(favor__dots_bf16, _bf16, uint16_t, favor__v_load_bf16a, favor__s_from_bf16, 0)
 FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 1)
 
-/* key jj's value row into C (cv) with its probability, in favor__dots_pv */
-#define FAVOR__PV_ROW(LOAD, NV, jj)                                                              \
-    do {                                                                                         \
-        const favor__vf p_ = favor__v_set1(pv->p[jj]);                                           \
-        FAVOR__UNROLL for (c = 0; c < NV; ++c)                                                   \
-            cv[c] = favor__v_fma(p_, LOAD(V + (jj) * pv->ldv + c * FAVOR__W), cv[c]);            \
-    } while (0)
-
-/* favor__dots for a decode row with its P V (pv, not NULL; q not NULL) when
- * d = d_v = NV W: the row q and the NV vectors of its C stay in registers over
- * the tile, and each key's dot product and value row are whole statements of NV
- * FMAs each, with no loop over the columns. favor__dots loops over the columns
- * of every key and loads and stores C at every key, so each key's value waits
- * for the previous key's store to C (Xeon Cascade Lake, one row on 8/8 heads,
- * 16384 and 65536 keys, fraction of a plain read of K and V in the same
- * rounds: d = 64, fp32 0.82-0.84 to 0.89-0.92, fp16 0.69-0.76 to 0.75-0.80; in
- * cache 0.70-0.82x the time for 16-bit rows, 0.89x fp32 d = 64; the AVX2
- * backend on the same CPU, d = 32 and 64: 0.63-0.88x in cache). Every element
- * adds its terms in the order favor__dots adds them, keys past the last whole
- * group of W take favor__dot as there, and C's keys past nb follow: the bits
- * are favor__dots'. 0 (nothing done) for other sizes and for backends under 4
- * lanes; NV = 4 and 8 are built (d = 64 and 128 with AVX-512, 32 and 64 with
- * AVX2, 16 and 32 with NEON). The W keys of a group go in a loop, their
- * accumulators through memory to favor__v_sums: unrolled as in favor__dots,
- * the six kernels were 29 KB of AVX-512 code and a translation unit of the
- * library took 1.07-1.35x as long to compile; rolled, 8.5 KB and 1.13x, and
- * the same speed in cache (fp16, d = 64: 0.95x the unrolled time).
- * 16-bit rows also ask for the key and value rows FAVOR__PV_AHEAD bytes past the
- * ones they read (a prefetch per line, within the pv->rows the cache holds):
- * such a row does twice the work per byte of fp32, and the hardware's
+/* Decode rows (favor__rows_as) ask for the key and value rows FAVOR__PV_AHEAD
+ * bytes past the ones they read (a prefetch per line, within the rows the cache
+ * holds). Measured in the one-row kernel that came before (favor__dots_pv, d =
+ * d_v of 4 or 8 vectors; favor__rows_as took its place with its reads):
+ * a 16-bit row does twice the work per byte of fp32, and the hardware's
  * prefetchers alone kept one fp16 row at 57-63% of a plain fp32 read, about as
  * fast as a plain fp16 convert-and-sum loop (Xeon Emerald Rapids, family 6
  * model 207; with a prefetch per line 4 KiB ahead that loop went from 8.5-9.7
@@ -2481,105 +2453,7 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
  * on AMD. On Cascade Lake, fp16 rows prefetching 16 keys ahead (2 KiB at d =
  * 64) took 0.97-1.00x. */
 #define FAVOR__PV_AHEAD 2048
-#define FAVOR__DEFINE_DOTS_PV(NAME, T, E, LOAD, NV)                                               \
-    static int NAME(const float *q, size_t d, const E *K, size_t ldk, size_t nb, float *S,       \
-                    const favor__pvrow *pv)                                                      \
-    {                                                                                            \
-        const E *V = (const E *)pv->V;                                                           \
-        favor__vf qv[NV], cv[NV];                                                                \
-        size_t j = 0, u, c;                                                                      \
-        /* the key and value rows pd keys on: FAVOR__PV_AHEAD bytes of 16-bit rows */            \
-        const size_t bytes = NV * FAVOR__W * sizeof(E),                                          \
-                     pd = FAVOR__PV_AHEAD / (NV * FAVOR__W * 2),                                 \
-                     kl = nb ? pv->rows : 0, vl = pv->n ? pv->rows : 0;                          \
-        if (FAVOR__W < 4 || d != NV * FAVOR__W || pv->dv != d) return 0;                         \
-        FAVOR__UNROLL for (c = 0; c < NV; ++c) {                                                 \
-            qv[c] = favor__v_load(q + c * FAVOR__W);                                             \
-            cv[c] = favor__v_load(pv->C + c * FAVOR__W);                                         \
-        }                                                                                        \
-        for (; j + FAVOR__W <= nb; j += FAVOR__W) {                                              \
-            favor__vf acc[FAVOR__W];                                                             \
-            for (u = 0; u < FAVOR__W; ++u) {                                                     \
-                const E *Kr = K + (j + u) * ldk;                                                 \
-                favor__vf a = favor__v_set1(0.0f);                                               \
-                FAVOR__UNROLL for (c = 0; c < NV; ++c)                                           \
-                    a = favor__v_fma(LOAD(Kr + c * FAVOR__W), qv[c], a);                         \
-                acc[u] = a;                                                                      \
-                if (j + u + pd < kl) favor__prefetch_row(K + (j + u + pd) * ldk, bytes);         \
-                if (j + u + pd < vl) favor__prefetch_row(V + (j + u + pd) * pv->ldv, bytes);     \
-                if (j + u < pv->n) FAVOR__PV_ROW(LOAD, NV, j + u);                               \
-            }                                                                                    \
-            favor__v_store(S + j, favor__v_sums(acc));                                           \
-        }                                                                                        \
-        for (; j < nb || j < pv->n; ++j) {                                                       \
-            if (j < nb) S[j] = favor__dot##T(q, K + j * ldk, d);                                 \
-            if (j < pv->n) FAVOR__PV_ROW(LOAD, NV, j);                                           \
-        }                                                                                        \
-        FAVOR__UNROLL for (c = 0; c < NV; ++c) favor__v_store(pv->C + c * FAVOR__W, cv[c]);      \
-        return 1;                                                                                \
-    }
-FAVOR__DEFINE_DOTS_PV(favor__dots_pv4, , float, favor__v_load, 4)
-FAVOR__DEFINE_DOTS_PV(favor__dots_pv4_f16, _f16, uint16_t, favor__v_load_f16, 4)
-FAVOR__DEFINE_DOTS_PV(favor__dots_pv4_bf16, _bf16, uint16_t, favor__v_load_bf16a, 4)
-FAVOR__DEFINE_DOTS_PV(favor__dots_pv8, , float, favor__v_load, 8)
-FAVOR__DEFINE_DOTS_PV(favor__dots_pv8_f16, _f16, uint16_t, favor__v_load_f16, 8)
-FAVOR__DEFINE_DOTS_PV(favor__dots_pv8_bf16, _bf16, uint16_t, favor__v_load_bf16a, 8)
 
-/* favor__dots_pv for four decode rows that see the same keys of the tile and
- * add the same keys' values (rows r < 4: q + r ldq, scores S + r lds, C + r ldc,
- * probabilities pv->p + r lds; pv is row 0's): each key row and value row is
- * read once for the four, K and V together a row of each in turn, as one row
- * reads them. The four rows' C is a register array (gcc keeps it in registers
- * at 4 vectors and spills part of it at 8; q then comes from L1; with C read
- * and written through L1 at every key the calls took 0.82-1.12x the old
- * path's time, against 0.71-0.91x), and the rows FAVOR__PV_AHEAD bytes on are
- * prefetched for every type (fp32 without: 1.04-1.13x the old path). The
- * four-row path it replaces read K for the four rows (favor__dots4) and V
- * afterwards (favor__gemm), with the next tile prefetched over the scores
- * (Xeon Emerald Rapids, 32 query heads on 8, one row, 262144 keys: 1.3-1.35x
- * the time of 8 on 8 for fp32 and 1.27-1.63x for fp16, the core waiting for
- * line-fill slots at the prefetches). Each element adds its terms in
- * favor__dots_pv's order: the bits are the same. 0 for the sizes
- * favor__dots_pv refuses. Keys that all four rows see with no mask go to
- * favor__rows_as instead, which keeps the rows' statistics in the kernel; this
- * one takes the tiles left: a mask, and a block whose rows start or end at
- * different keys. */
-#define FAVOR__DEFINE_DOTS4_PV(NAME, T, E, LOAD, NV)                                              \
-    static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, size_t nb,     \
-                    float *S, size_t lds, const favor__pvrow *pv, size_t ldc)                    \
-    {                                                                                            \
-        const E *V = (const E *)pv->V;                                                           \
-        favor__vf cv[4][NV];                                                                     \
-        size_t j = 0, u, c, r;                                                                   \
-        const size_t bytes = NV * FAVOR__W * sizeof(E), pd = FAVOR__PV_AHEAD / bytes,            \
-                     kl = nb ? pv->rows : 0, vl = pv->n ? pv->rows : 0;                          \
-        if (FAVOR__W < 4 || d != NV * FAVOR__W || pv->dv != d) return 0;                         \
-        FAVOR__UNROLL for (r = 0; r < 4; ++r)                                                    \
-            FAVOR__UNROLL for (c = 0; c < NV; ++c)                                               \
-                cv[r][c] = favor__v_load(pv->C + r * ldc + c * FAVOR__W);                        \
-        for (; j + FAVOR__W <= nb; j += FAVOR__W) {                                              \
-            favor__vf acc[4][FAVOR__W];                                                          \
-            for (u = 0; u < FAVOR__W; ++u) {                                                     \
-                FAVOR__KEY_ROWS(LOAD, NV, 4, K + (j + u) * ldk, u);                              \
-                if (j + u + pd < kl) favor__prefetch_row(K + (j + u + pd) * ldk, bytes);         \
-                if (j + u + pd < vl) favor__prefetch_row(V + (j + u + pd) * pv->ldv, bytes);     \
-                if (j + u < pv->n)                                                               \
-                    FAVOR__PV_ROWS(LOAD, NV, 4, V + (j + u) * pv->ldv, pv->p + j + u, lds);      \
-            }                                                                                    \
-            FAVOR__UNROLL for (r = 0; r < 4; ++r)                                                \
-                favor__v_store(S + r * lds + j, favor__v_sums(acc[r]));                          \
-        }                                                                                        \
-        for (; j < nb || j < pv->n; ++j) {                                                       \
-            if (j < nb)                                                                          \
-                for (r = 0; r < 4; ++r)                                                          \
-                    S[r * lds + j] = favor__dot##T(q + r * ldq, K + j * ldk, d);                 \
-            if (j < pv->n) FAVOR__PV_ROWS(LOAD, NV, 4, V + j * pv->ldv, pv->p + j, lds);         \
-        }                                                                                        \
-        FAVOR__UNROLL for (r = 0; r < 4; ++r)                                                    \
-            FAVOR__UNROLL for (c = 0; c < NV; ++c)                                               \
-                favor__v_store(pv->C + r * ldc + c * FAVOR__W, cv[r][c]);                        \
-        return 1;                                                                                \
-    }
 /* the key row Kr's products with the NR rows q + r ldq into acc[r][u], each
  * row's W lanes to be added by favor__v_sums */
 #define FAVOR__KEY_ROWS(LOAD, NV, NR, Kr, u)                                                      \
@@ -2604,29 +2478,6 @@ FAVOR__DEFINE_DOTS_PV(favor__dots_pv8_bf16, _bf16, uint16_t, favor__v_load_bf16a
             FAVOR__UNROLL for (c = 0; c < NV; ++c) cv[r][c] = favor__v_fma(p_, v_[c], cv[r][c]); \
         }                                                                                        \
     } while (0)
-FAVOR__DEFINE_DOTS4_PV(favor__dots4_pv4, , float, favor__v_load, 4)
-FAVOR__DEFINE_DOTS4_PV(favor__dots4_pv4_f16, _f16, uint16_t, favor__v_load_f16, 4)
-FAVOR__DEFINE_DOTS4_PV(favor__dots4_pv4_bf16, _bf16, uint16_t, favor__v_load_bf16a, 4)
-FAVOR__DEFINE_DOTS4_PV(favor__dots4_pv8, , float, favor__v_load, 8)
-FAVOR__DEFINE_DOTS4_PV(favor__dots4_pv8_f16, _f16, uint16_t, favor__v_load_f16, 8)
-FAVOR__DEFINE_DOTS4_PV(favor__dots4_pv8_bf16, _bf16, uint16_t, favor__v_load_bf16a, 8)
-
-/* favor__dots4_pv* on rows of type t (pv->t): 0 when no kernel fits */
-static int favor__dots4_pv_as(const float *q, size_t ldq, size_t d, const void *K, size_t ldk,
-                              size_t nb, float *S, size_t lds, const favor__pvrow *pv, size_t ldc)
-{
-    const uint16_t *K16 = (const uint16_t *)K;
-    const float *K32 = (const float *)K;
-    return pv->t == FAVOR_F16
-               ? favor__dots4_pv4_f16(q, ldq, d, K16, ldk, nb, S, lds, pv, ldc) ||
-                     favor__dots4_pv8_f16(q, ldq, d, K16, ldk, nb, S, lds, pv, ldc)
-           : pv->t == FAVOR_BF16
-               ? favor__dots4_pv4_bf16(q, ldq, d, K16, ldk, nb, S, lds, pv, ldc) ||
-                     favor__dots4_pv8_bf16(q, ldq, d, K16, ldk, nb, S, lds, pv, ldc)
-               : favor__dots4_pv4(q, ldq, d, K32, ldk, nb, S, lds, pv, ldc) ||
-                     favor__dots4_pv8(q, ldq, d, K32, ldk, nb, S, lds, pv, ldc);
-}
-
 /* The scores of 4 query rows against a tile: S[r lds + j] = q_r . K_j (q_r = q +
  * r ldq, r < 4, j < nb). favor__dots reads the tile once per row; rows that share
  * a tile in cache read each vector of it once here, for the four rows: a group of
@@ -2713,17 +2564,6 @@ static void favor__dots4_as(favor_dtype t, const float *q, size_t ldq, size_t d,
 static void favor__dots_as(favor_dtype t, const float *q, size_t d, const void *K, size_t ldk,
                            size_t nb, float *S, const favor__ahead *ahead, const favor__pvrow *pv)
 {
-    if (pv && !ahead && pv->t == t) { /* a decode row whose q and C fit in registers */
-        const uint16_t *K16 = (const uint16_t *)K;
-        const float *K32 = (const float *)K;
-        if (t == FAVOR_F16 ? favor__dots_pv4_f16(q, d, K16, ldk, nb, S, pv) ||
-                                 favor__dots_pv8_f16(q, d, K16, ldk, nb, S, pv)
-            : t == FAVOR_BF16 ? favor__dots_pv4_bf16(q, d, K16, ldk, nb, S, pv) ||
-                                    favor__dots_pv8_bf16(q, d, K16, ldk, nb, S, pv)
-                              : favor__dots_pv4(q, d, K32, ldk, nb, S, pv) ||
-                                    favor__dots_pv8(q, d, K32, ldk, nb, S, pv))
-            return;
-    }
     if (t == FAVOR_F16) favor__dots_f16(q, d, (const uint16_t *)K, ldk, nb, S, ahead, pv);
     else if (t == FAVOR_BF16) favor__dots_bf16(q, d, (const uint16_t *)K, ldk, nb, S, ahead, pv);
     else favor__dots(q, d, (const float *)K, ldk, nb, S, ahead, pv);
@@ -4686,22 +4526,18 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
  * or two rows read the tiles in their element types (favor__dots_as, which adds
  * the previous tile's P V beside the scores, a row at a time): a 16-bit cache
  * is then read at half the bytes with no pass over a copy, and K and V are read
- * together. Four rows do the same when d = d_v is 4 or 8 vectors and K and V
- * have one type, the four at once where they see the same keys
- * (favor__dots4_pv: each key and value row read once for the four). Other rows
- * widen a 16-bit tile once
+ * together. Other rows widen a 16-bit tile once
  * into an fp32 buffer that they all read (favor__in), and take P V as one
  * favor__gemm; rows that see the same keys are scored four at a time
  * (favor__dots4, each vector of the tile loaded once for the four), and when
  * there are exactly four, they read a 16-bit K tile in place (only V is
  * widened). Every path above adds each element's terms in the same order. Up
- * to FAVOR__DEC_GROUPED rows with no mask and d = d_v of 4 or 8 vectors
- * take the keys that all of them see through favor__rows_as first, four rows
- * at a time (then two, then one), each row's running maximum and sum held in
- * registers: K and V are read once per group, in place, and the tiles above
- * take only the keys left (a causal call's last few, a window's first block).
- * Which path a call takes depends on its shape and options, never on the
- * element types. From
+ * to FAVOR__DEC_GROUPED rows with d = d_v of 4 or 8 vectors take none of
+ * those paths: favor__rows_as takes their keys, four rows at a time (then
+ * two, then one) where the rows see the same keys, one at a time where they do
+ * not, each row's running maximum and sum held in registers, K and V read once
+ * per group, in place. Which path a call takes depends on its shape and
+ * options, never on the element types. From
  * FAVOR__DEC_LANES rows on (whole vectors of them, no mask or ALiBi) the rows
  * are scored key-major instead, one row per lane (favor__decode_lanes), as
  * the prefill scores its query blocks. A
@@ -4712,7 +4548,7 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
  * + 2) floats per block per key/value head, which grows with n_k. */
 #define FAVOR__DEC_ROWS 32
 #define FAVOR__DEC_BLOCK 512
-#define FAVOR__DEC_DIRECT 4 /* the most rows that read the tiles in place */
+#define FAVOR__DEC_DIRECT 2 /* the most rows that read tiles in place, a row at a time */
 #define FAVOR__DEC_GROUPED 8 /* the most rows of favor__rows_as, by groups of four */
 #define FAVOR__DEC_LANES 32 /* the fewest rows scored key-major (favor__decode_lanes) */
 
@@ -4804,17 +4640,6 @@ static int favor__same_keys(const favor__dec *x, size_t r, size_t j0, size_t nb,
     return 1;
 }
 
-/* 1 when the four direct rows add the same keys of the previous tile (pka,
- * pkb: each row's; pva: each position's first value row), as row 0 does */
-static int favor__same_prev(const favor__dec *x, const size_t *pka, const size_t *pkb,
-                            const void *const *pva)
-{
-    size_t r;
-    for (r = 1; r < 4; ++r)
-        if (pka[r] != pka[0] || pkb[r] != pkb[0] || pva[r / x->grp] != pva[0]) return 0;
-    return 1;
-}
-
 /* A += P V for the tile [j0, j0 + nb) of a decode work item, P's element (row r,
  * key j) at S[r lda + j csa] (favor__decode_block: row-major, lda = BK; key-major
  * in favor__decode_lanes: lda = 1, csa = R): one favor__gemm when every row
@@ -4900,16 +4725,19 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
 }
 
 /* Score variants of favor__rows_as' rows: softcap c (0: none), then per row
- * ALiBi's slope (0: none) and the row's position less the first key's. */
+ * ALiBi's slope (0: none) and the row's position less the first key's, and
+ * the row's additive mask over the keys. */
 typedef struct {
     float cap;
     const float *slope;
     const ptrdiff_t *pos;
+    const float *mask; /* row r's additive mask at mask + r ldm (NULL: none) */
+    size_t ldm;
 } favor__rowvar;
 
-/* the g scores p[r W + u] (u < g) of rows r < nr at keys j + u, softcapped and
- * ALiBi-biased as the tiles do it (favor__decode_block), element by element
- * with the same operations; lanes from g on are left as they are. Out of
+/* the g scores p[r W + u] (u < g) of rows r < nr at keys j + u, softcapped,
+ * ALiBi-biased and masked as the tiles do it (favor__decode_block), element by
+ * element with the same operations; lanes from g on are left as they are. Out of
  * line: one copy for the eighteen kernels, called once a group of W keys. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((noinline))
@@ -4922,35 +4750,35 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
         if (v->slope[r] != 0.0f)
             favor__alibi(p + r * FAVOR__W, -v->slope[r], (float)(v->pos[r] - (ptrdiff_t)j),
                          -1.0f, g);
+        if (v->mask) favor__vadd(p + r * FAVOR__W, v->mask + r * v->ldm + j, g);
     }
 }
 
-/* NR decode rows (four, two or one) over keys [0, nb) that all of them see,
- * with no mask (vx: softcap, ALiBi, or NULL for neither), d = d_v = NV W:
- * favor__dots4_pv's (favor__dots_pv's) registers and reads (a key row and the
- * previous group's value row in turn, the rows FAVOR__PV_AHEAD bytes on asked
- * for), with each row's running maximum and sum kept in the kernel, a group of
- * W keys at a time, instead of a tile's scores going out to
+/* NR decode rows (four, two or one) over keys [0, nb) that all of them see (vx:
+ * softcap, ALiBi and a mask, or NULL for none), d = d_v = NV W: the registers and
+ * reads of the kernels before it (favor__dots4_pv and favor__dots_pv: a key row
+ * and the previous group's value row in turn, the rows FAVOR__PV_AHEAD bytes on
+ * asked for), with each row's running maximum and sum kept in the kernel, a group
+ * of W keys at a time, instead of a tile's scores going out to
  * favor__decode_block's passes (maximum, exp, sum, rescale, the tile's
  * bookkeeping: a quarter of the call's time with four fp16 rows, d = 64, 16384
  * keys, Xeon model 167; 12% with one row). Against those passes, on that CPU
- * (favor_ab, 16K-256K keys): four rows or 32 query heads on 8 0.82-0.88x the
- * time with fp16 at d = 64, 0.86-0.88x fp32, 0.91-0.97x at d = 128 and on two
- * threads, 0.75-0.89x in the AVX2 build; one row 0.91-0.96x. The values two
- * groups behind the keys, so that a group's statistics had a group's time to
- * finish, took 1.02-1.04x. A group's scores are reduced by favor__v_sums (the
- * scores of favor__dots4_pv, bit for bit; keys past the last whole group take
- * favor__dot); a group whose maximum passes the row's rescales its sum and
- * accumulator, then its probabilities exp(s - m) wait in p for the next group's
- * reads, and their sum goes into the row's at once, so that calls over
- * consecutive tiles that start at whole groups give the bits of one call over
- * them all (favor__decode_block's K and V of two types). Row r's partial record
- * is P + r rec (maximum, sum, then its d_v accumulator), read and written; q:
- * the rows, ldq apart, scaled; rows: the key rows from K to the cache's end
- * (the prefetches stay in it; 0: no prefetches, K and V in cache). A group's
- * scores go through favor__rows_var when vx is set (softcap, then ALiBi, each
- * element as the tiles do it). 0 (nothing done) for other sizes and for
- * backends under 4 lanes. */
+ * (favor_ab, 16K-256K keys): four rows or 32 query heads on 8 0.82-0.88x the time
+ * with fp16 at d = 64, 0.86-0.88x fp32, 0.91-0.97x at d = 128 and on two threads,
+ * 0.75-0.89x in the AVX2 build; one row 0.91-0.96x. The values two groups behind
+ * the keys, so that a group's statistics had a group's time to finish, took
+ * 1.02-1.04x. A group's scores are reduced by favor__v_sums (keys past the last
+ * whole group take favor__dot); a group whose maximum passes the row's rescales
+ * its sum and accumulator, then its probabilities exp(s - m) wait in p for the
+ * next group's reads, and their sum goes into the row's at once, so that calls
+ * over consecutive tiles that start at whole groups give the bits of one call over
+ * them all (favor__decode_block's K and V of two types). Row r's partial record is
+ * P + r rec (maximum, sum, then its d_v accumulator), read and written; q: the
+ * rows, ldq apart, scaled; rows: the key rows from K to the cache's end (the
+ * prefetches stay in it; 0: no prefetches, K and V in cache). A group's scores go
+ * through favor__rows_var when vx is set (softcap, ALiBi, then the mask, each
+ * element as the tiles do it). 0 (nothing done) for other sizes and for backends
+ * under 4 lanes. */
 #define FAVOR__DEFINE_ROWS(NAME, T, E, LOAD, NV, NR)                                              \
     static int NAME(const float *q, size_t ldq, size_t d, const E *K, size_t ldk, const E *V,    \
                     size_t ldv, size_t nb, size_t rows, float *P, size_t rec,                    \
@@ -5065,12 +4893,9 @@ static int favor__rows_as(size_t nr, favor_dtype t, const float *q, size_t d, co
  * of the keys its rows see; ws: R (d + 2 BK) and the tile buffers of 16-bit K, V
  * (after the merge's row), then the mask's R x BK or Qs^T's d x R. Direct rows
  * add a tile's P V while they score the next tile (favor__dots_as), so their S
- * has two buffers, taken in turn. A
- * block's first tile (no P V yet) and its last P V (no scores left) go to the
- * same kernel, with no keys of P V and no keys to score, so that at d = 64 and
- * 128 every tile takes favor__dots_pv's registers, not favor__dots' loop (Xeon
- * Cascade Lake, one or two rows, d = 64 and 128, 1K to 64K keys, fp32, fp16 and
- * bf16: 0.94-0.99x the time, the same bits). */
+ * has two buffers, taken in turn. A block's first tile (no P V yet) and its
+ * last P V (no scores left) go to the same kernel, with no keys of P V and no
+ * keys to score. */
 static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *ws)
 {
     const size_t R = x->R, d = x->d, dv = x->dv, BK = FAVOR__BK, rec = dv + 2;
@@ -5082,13 +4907,12 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     size_t j0 = (x->b0 + b) * FAVOR__DEC_BLOCK, jend = x->nk, i, t, r, j, ldk = 0, ldv = 0, lo,
            hi, beg, end;
     size_t esk = favor_dtype_size(x->k->dtype), esv = favor_dtype_size(x->v->dtype);
-    /* few rows read K and V in their own types (a tile widened once would cost
-     * as much as the bytes a 16-bit cache saves); more rows share a widened tile.
-     * Four rows of d = d_v = 4 or 8 vectors, K and V of one type, read them in
-     * place too, four at once where they see the same keys (favor__dots4_pv) */
-    const int fits = FAVOR__W >= 4 && d == dv && (d == 4 * FAVOR__W || d == 8 * FAVOR__W),
-              direct4 = R == 4 && fits && x->k->dtype == x->v->dtype;
-    const int direct = R <= 2 || direct4, widened = !direct && x->k->dtype != FAVOR_F32;
+    /* up to FAVOR__DEC_GROUPED rows of d = d_v = 4 or 8 vectors go through
+     * favor__rows_as (below); of the others, one or two rows read K and V in
+     * their own types (a tile widened once would cost as much as the bytes a
+     * 16-bit cache saves), and more rows share a widened tile */
+    const int fits = FAVOR__W >= 4 && d == dv && (d == 4 * FAVOR__W || d == 8 * FAVOR__W);
+    const int direct = R <= 2, widened = !direct && x->k->dtype != FAVOR_F32;
     /* four rows read a 16-bit K tile in place, each vector once (favor__dots4):
      * no pass over a copy of K (Zen 3, fp16, 16384 keys, 4 rows or 32 query heads
      * on 8, d = 64 and 128: 0.88-0.93x the time of scoring the widened tile) */
@@ -5147,63 +4971,84 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
      * groups after the first take about 15 ns a key from L1); the AVX2 build
      * alike. A whole block per group instead of a tile: no faster. 16 fp32
      * rows of d = 128 took 1.17-1.21x: more stay with the tiles */
-    if (fits && R <= FAVOR__DEC_GROUPED && !x->md.mask && j0 < jend) {
-        size_t ka, kb, t0, nb, lk, lv, r0, nr;
-        const int one = x->k->dtype == x->v->dtype;
+    if (fits && R <= FAVOR__DEC_GROUPED && j0 < jend) {
+        size_t ka = 0, kb = 0, t0, nb, lk, lv, r0, nr, ph, span[3];
+        const int one = x->k->dtype == x->v->dtype, scores = x->md.cap > 0.0f || x->md.alibi;
         float slope[FAVOR__DEC_GROUPED];
         ptrdiff_t pos0[FAVOR__DEC_GROUPED], pos[FAVOR__DEC_GROUPED];
-        favor__rowvar var, *vx = NULL;
-        if (x->md.cap > 0.0f || x->md.alibi) { /* softcap, ALiBi: in the kernel */
-            var.cap = x->md.cap > 0.0f ? x->md.cap : 0.0f;
-            var.slope = slope;
-            var.pos = pos;
-            vx = &var;
-            for (r = 0; r < R; ++r) {
-                slope[r] = favor__slope(&x->md, g * x->grp + r % x->grp);
-                pos0[r] = (ptrdiff_t)(r / x->grp + x->nk) - (ptrdiff_t)(x->n + j0); /* p_i - j0 */
-                pos[r] = pos0[r];
+        favor__rowvar var;
+        var.cap = x->md.cap > 0.0f ? x->md.cap : 0.0f;
+        var.slope = slope;
+        var.pos = pos;
+        var.mask = NULL;
+        var.ldm = BK;
+        for (r = 0; r < R; ++r) {
+            slope[r] = favor__slope(&x->md, g * x->grp + r % x->grp);
+            pos0[r] = (ptrdiff_t)(r / x->grp + x->nk) - (ptrdiff_t)(x->n + j0); /* p_i - j0 */
+            pos[r] = pos0[r];
+        }
+        if (!x->md.mask) { /* the keys from j0 that every row sees: [j0, j0 + kb) */
+            favor__tile_keys(x, 0, j0, jend - j0, &ka, &kb);
+            for (i = 1; i < x->n && ka == 0; ++i) {
+                favor__tile_keys(x, i, j0, jend - j0, &lo, &hi);
+                if (lo != 0) ka = lo;
+                if (hi < kb) kb = hi;
             }
+            if (ka != 0) kb = 0;
         }
-        favor__tile_keys(x, 0, j0, jend - j0, &ka, &kb);
-        for (i = 1; i < x->n && ka == 0; ++i) {
-            favor__tile_keys(x, i, j0, jend - j0, &lo, &hi);
-            if (lo != 0) ka = lo;
-            if (hi < kb) kb = hi;
+        span[0] = j0;
+        span[1] = j0 + kb;
+        span[2] = jend;
+        if (kb && one && (R == 1 || R == 2 || R == 4)) { /* one call, in place */
+            favor__rows_as(R, x->k->dtype, Qs, d, favor__at(x->k, g, j0), x->k->row_stride,
+                           favor__at(x->v, g, j0), x->v->row_stride, kb, x->nk - j0, P, rec,
+                           scores ? &var : NULL);
+            span[0] = span[1];
         }
-        if (ka == 0 && kb > 0) {
-            if (one && (R == 1 || R == 2 || R == 4))
-                favor__rows_as(R, x->k->dtype, Qs, d, favor__at(x->k, g, j0), x->k->row_stride,
-                               favor__at(x->v, g, j0), x->v->row_stride, kb, x->nk - j0, P, rec,
-                               vx);
-            else
-                for (t0 = 0; t0 < kb; t0 += nb) {
-                    const void *Kt, *Vt;
-                    size_t ahead;
-                    nb = kb - t0 < BK ? kb - t0 : BK;
-                    if (one) {
-                        Kt = favor__at(x->k, g, j0 + t0);
-                        Vt = favor__at(x->v, g, j0 + t0);
-                        lk = x->k->row_stride;
-                        lv = x->v->row_stride;
-                        ahead = x->nk - (j0 + t0);
-                    } else {
-                        Kt = favor__in(x->k, g, j0 + t0, nb, Kb, &lk);
-                        Vt = favor__in(x->v, g, j0 + t0, nb, Vb, &lv);
-                        ahead = nb;
-                    }
-                    for (r0 = 0; r0 < R; r0 += nr) {
-                        nr = R - r0 >= 4 ? 4 : R - r0 >= 2 ? 2 : 1;
-                        if (vx) { /* rows r0.., keys from j0 + t0 */
-                            var.slope = slope + r0;
-                            var.pos = pos + r0;
-                            for (r = r0; r < r0 + nr; ++r) pos[r] = pos0[r] - (ptrdiff_t)t0;
-                        }
-                        favor__rows_as(nr, one ? x->k->dtype : FAVOR_F32, Qs + r0 * d, d, Kt, lk,
-                                       Vt, lv, nb, r0 ? 0 : ahead, P + r0 * rec, rec, vx);
-                    }
+        for (ph = 0; ph < 2; ++ph)
+            for (t0 = span[ph]; t0 < span[ph + 1]; t0 += nb) {
+                const void *Kt, *Vt;
+                size_t ahead, a0 = 0, b0 = 0;
+                int same = 1, asked = 0; /* the tile's first call asks for the rows ahead */
+                nb = span[ph + 1] - t0 < BK ? span[ph + 1] - t0 : BK;
+                for (i = 0; i < x->n; ++i) { /* each position's keys of the tile */
+                    favor__tile_keys(x, i, t0, nb, &lo, &hi);
+                    if (i && (lo != a0 || hi != b0)) same = 0;
+                    a0 = lo;
+                    b0 = hi;
                 }
-            j0 += kb; /* (fits: a kernel took them) */
-        }
+                if (x->md.mask && !favor__decode_mask(x, g, t0, nb, S))
+                    continue; /* the mask hides the tile from every row */
+                if (one) {
+                    Kt = favor__at(x->k, g, t0);
+                    Vt = favor__at(x->v, g, t0);
+                    lk = x->k->row_stride;
+                    lv = x->v->row_stride;
+                    ahead = x->nk - t0;
+                } else {
+                    Kt = favor__in(x->k, g, t0, nb, Kb, &lk);
+                    Vt = favor__in(x->v, g, t0, nb, Vb, &lv);
+                    ahead = nb;
+                }
+                for (r0 = 0; r0 < R; r0 += nr) {
+                    /* rows that see the same keys: groups of four, two, one;
+                     * otherwise one at a time, each over its own keys */
+                    nr = !same ? 1 : R - r0 >= 4 ? 4 : R - r0 >= 2 ? 2 : 1;
+                    if (!same) favor__tile_keys(x, r0 / x->grp, t0, nb, &a0, &b0);
+                    if (a0 >= b0) continue;
+                    var.slope = slope + r0;
+                    var.pos = pos + r0;
+                    var.mask = x->md.mask ? S + r0 * BK + a0 : NULL;
+                    for (r = r0; r < r0 + nr; ++r)
+                        pos[r] = pos0[r] - (ptrdiff_t)(t0 + a0 - j0);
+                    favor__rows_as(nr, one ? x->k->dtype : FAVOR_F32, Qs + r0 * d, d,
+                                   (const char *)Kt + a0 * lk * (one ? esk : 4), lk,
+                                   (const char *)Vt + a0 * lv * (one ? esv : 4), lv, b0 - a0,
+                                   asked++ ? 0 : ahead - a0, P + r0 * rec, rec,
+                                   scores || x->md.mask ? &var : NULL);
+                }
+            }
+        j0 = jend; /* (fits: the kernels took them all) */
     }
     for (; j0 < jend; j0 += BK) {
         size_t nb = jend - j0 < BK ? jend - j0 : BK, full = 1, next = j0 + nb, ka, kb;
@@ -5224,9 +5069,7 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
                                hardware's stream prefetchers did better alone
                                (Zen 3, fp32 and fp16 rows of d = 64 and 128:
                                1.0-1.29x the time of a plain read of the
-                               bytes, against 1.07-1.54x prefetching); they
-                               ask for the rows a few keys on instead
-                               (favor__dots_pv, pv.rows) */
+                               bytes, against 1.07-1.54x prefetching) */
         if (direct) {
             K = favor__at(x->k, g, j0);
             V = favor__at(x->v, g, j0);
@@ -5274,16 +5117,11 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
                                       tv);
                 else if (direct) /* a block's first tile: no P V yet, but the same kernel */
                     favor__pvrow_make(&pv, pr + 2, Sr, 0, 0, NULL, ldv, dv, tv);
-                if (direct) pv.rows = x->nk - (j0 + ka); /* favor__dots_pv's prefetch */
                 favor__ahead ar = ahead; /* row r's share of the next tile */
                 ar.a = (const char *)ahead.a + (r * step >> 16) * ahead.lda;
                 ar.b = (const char *)ahead.b + (r * step >> 16) * ahead.ldb;
                 ar.rows = ((r + 1) * step >> 16) - (r * step >> 16);
-                if (direct4 && r == 0 && (x->grp >= 4 || favor__same_keys(x, 0, j0, nb, ka, kb)) &&
-                    (!Sp || favor__same_prev(x, pka, pkb, pva)) &&
-                    favor__dots4_pv_as(Qs, d, d, Ka, ldk, kb - ka, Sr + ka, BK, &pv, rec))
-                    four = 4;
-                else if (four_ok && r >= four && r + 4 <= R &&
+                if (four_ok && r >= four && r + 4 <= R &&
                     (r + 4 <= (i + 1) * x->grp || /* one position: the same keys */
                      favor__same_keys(x, r, j0, nb, ka, kb))) {
                     ar.rows = ((r + 4) * step >> 16) - (r * step >> 16); /* rows r..r+3's */
@@ -5320,15 +5158,7 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
         }
         favor__decode_pv(x, j0, nb, S, BK, 1, (const float *)V, ldv, P, full);
     }
-    /* direct rows: the last tile's P V; four rows at once when they took the
-     * same keys (fp16, d = 64, 32 query heads on 8, 16384 keys: row by row,
-     * this eighth of V took 8% of the call's time) */
-    if (Sp && direct4 && favor__same_prev(x, pka, pkb, pva)) {
-        favor__pvrow pv;
-        favor__pvrow_make(&pv, P + 2, Sp, pka[0], pkb[0], pva[0], ldv, dv, tv);
-        if (favor__dots4_pv_as(Qs, d, d, NULL, 0, 0, NULL, BK, &pv, rec)) Sp = NULL;
-    }
-    for (i = 0; Sp && i < x->n; ++i) /* otherwise row by row */
+    for (i = 0; Sp && i < x->n; ++i) /* direct rows: the last tile's P V */
         for (r = i * x->grp; r < (i + 1) * x->grp; ++r) {
             favor__pvrow pv;
             favor__pvrow_make(&pv, P + r * rec + 2, Sp + r * BK, pka[r], pkb[r], pva[i], ldv, dv,
@@ -9679,22 +9509,9 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__dots4_as FAVOR__N(favor__dots4_as)
 #define favor__dots4_bf16 FAVOR__N(favor__dots4_bf16)
 #define favor__dots4_f16 FAVOR__N(favor__dots4_f16)
-#define favor__dots4_pv4 FAVOR__N(favor__dots4_pv4)
-#define favor__dots4_pv4_bf16 FAVOR__N(favor__dots4_pv4_bf16)
-#define favor__dots4_pv4_f16 FAVOR__N(favor__dots4_pv4_f16)
-#define favor__dots4_pv8 FAVOR__N(favor__dots4_pv8)
-#define favor__dots4_pv8_bf16 FAVOR__N(favor__dots4_pv8_bf16)
-#define favor__dots4_pv8_f16 FAVOR__N(favor__dots4_pv8_f16)
-#define favor__dots4_pv_as FAVOR__N(favor__dots4_pv_as)
 #define favor__dots_as FAVOR__N(favor__dots_as)
 #define favor__dots_bf16 FAVOR__N(favor__dots_bf16)
 #define favor__dots_f16 FAVOR__N(favor__dots_f16)
-#define favor__dots_pv4 FAVOR__N(favor__dots_pv4)
-#define favor__dots_pv4_bf16 FAVOR__N(favor__dots_pv4_bf16)
-#define favor__dots_pv4_f16 FAVOR__N(favor__dots_pv4_f16)
-#define favor__dots_pv8 FAVOR__N(favor__dots_pv8)
-#define favor__dots_pv8_bf16 FAVOR__N(favor__dots_pv8_bf16)
-#define favor__dots_pv8_f16 FAVOR__N(favor__dots_pv8_f16)
 #define favor__dots_side FAVOR__N(favor__dots_side)
 #define favor__draw FAVOR__N(favor__draw)
 #define favor__dsink_floats FAVOR__N(favor__dsink_floats)
@@ -9878,7 +9695,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__s_to_f16 FAVOR__N(favor__s_to_f16)
 #define favor__same FAVOR__N(favor__same)
 #define favor__same_keys FAVOR__N(favor__same_keys)
-#define favor__same_prev FAVOR__N(favor__same_prev)
 #define favor__same_view FAVOR__N(favor__same_view)
 #define favor__sbp FAVOR__N(favor__sbp)
 #define favor__sbv FAVOR__N(favor__sbv)
@@ -10023,8 +9839,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__DEFINE_DOT
 #undef FAVOR__DEFINE_DOTS
 #undef FAVOR__DEFINE_DOTS4
-#undef FAVOR__DEFINE_DOTS4_PV
-#undef FAVOR__DEFINE_DOTS_PV
 #undef FAVOR__DEFINE_EXP
 #undef FAVOR__DEFINE_PV_KEY
 #undef FAVOR__DEFINE_ROWS
@@ -10056,7 +9870,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__PF_MIN
 #undef FAVOR__POLY2_MAXD
 #undef FAVOR__PV_AHEAD
-#undef FAVOR__PV_ROW
 #undef FAVOR__PV_ROWS
 #undef FAVOR__RAMP
 #undef FAVOR__RELU_FLOOR
@@ -10212,22 +10025,9 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__dots4_as
 #undef favor__dots4_bf16
 #undef favor__dots4_f16
-#undef favor__dots4_pv4
-#undef favor__dots4_pv4_bf16
-#undef favor__dots4_pv4_f16
-#undef favor__dots4_pv8
-#undef favor__dots4_pv8_bf16
-#undef favor__dots4_pv8_f16
-#undef favor__dots4_pv_as
 #undef favor__dots_as
 #undef favor__dots_bf16
 #undef favor__dots_f16
-#undef favor__dots_pv4
-#undef favor__dots_pv4_bf16
-#undef favor__dots_pv4_f16
-#undef favor__dots_pv8
-#undef favor__dots_pv8_bf16
-#undef favor__dots_pv8_f16
 #undef favor__dots_side
 #undef favor__draw
 #undef favor__dsink_floats
@@ -10411,7 +10211,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__s_to_f16
 #undef favor__same
 #undef favor__same_keys
-#undef favor__same_prev
 #undef favor__same_view
 #undef favor__sbp
 #undef favor__sbv

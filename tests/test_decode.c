@@ -225,17 +225,17 @@ static const dc_case cases[] = {
     {  8, 8,   2,      1,  64,  64, 1, 0.0f,  P, IP,  P, 1, 1 },
     /* one or two rows per key/value head with d = d_v = 4 and 8 vectors (16, 32,
      * 64 and 128: NEON, AVX2 and AVX-512 each meet two of them), past one tile
-     * of keys, with a last tile that is not whole: favor__dots_pv4 and _pv8,
-     * their q and P V in registers; two causal rows of one head end their keys
-     * at different keys of the last tile */
+     * of keys, with a last tile that is not whole: favor__rows_as, their q and
+     * P V in registers; two causal rows of one head end their keys at
+     * different keys of the last tile (those keys a row at a time) */
     {  1, 1,   1,   1000,  64,  64, 0, 0.0f,  P, IL,  P, 0, 1 },
     {  2, 1,   1,    700, 128, 128, 1, 0.0f, IL,  P,  P, 1, 1 },
     {  2, 2,   2,    601,  32,  32, 1, 0.0f,  P, IP,  P, 0, 1 },
     {  1, 1,   2,    300,  16,  16, 1, 0.0f,  P,  P, IL, 1, 1 },
     /* four rows per key/value head with d = d_v = 4 and 8 vectors, past one tile:
-     * favor__dots4_pv, the four rows' keys and values read once for the four
+     * favor__rows_as, the four rows' keys and values read once for the four
      * (four query heads on one, two heads of two rows, one head of four causal
-     * rows whose last tile goes row by row) */
+     * rows whose last keys go row by row) */
     {  4, 1,   1,    700,  64,  64, 0, 0.0f,  P, IL,  P, 0, 1 },
     {  4, 2,   1,    300,  16,  16, 1, 0.0f, IL, IP,  P, 1, 1 },
     {  2, 1,   2,    601, 128, 128, 1, 0.0f,  P, IL, IL, 0, 1 },

@@ -459,13 +459,13 @@ static void test_forward(void **state)
     assert_int_equal(run_cases(shapes, sizeof shapes / sizeof shapes[0], 1401, 0), 0);
 }
 
-/* Decode rows whose q and P V the kernel keeps in registers (favor__dots_pv4 and
- * _pv8: d = d_v = 4 or 8 vectors; up to eight rows where they see the same
- * keys: favor__rows_as), in 16-bit types and mixed, against the fp32 call's
+/* Decode rows whose q and P V the kernel keeps in registers (favor__rows_as: d =
+ * d_v = 4 or 8 vectors, up to eight rows, in groups where they see the same
+ * keys), in 16-bit types and mixed, against the fp32 call's
  * same kernel, bit for bit, and the reference: softmax only (the linear methods
- * have no decode path), one to eight rows per key/value head (four where some
- * differ: favor__dots4_pv), past one tile of keys, causal and not. d = 16, 32,
- * 64 and 128: two of them on each SIMD backend. */
+ * have no decode path), one to eight rows per key/value head (one at a time
+ * where their keys differ: a causal call's last keys), past one tile of keys,
+ * causal and not. d = 16, 32, 64 and 128: two of them on each SIMD backend. */
 static void test_forward_decode_rows(void **state)
 {
     static const shape shapes[] = {
@@ -475,8 +475,7 @@ static void test_forward_decode_rows(void **state)
         { 2, 1, 1, 130, 128, 128 },
         { 2, 2, 2, 100, 32, 32 },
         { 1, 1, 2, 90, 16, 16 },
-        /* four rows (favor__dots4_pv, and favor__rows_as where they see the
-         * same keys): grouped, and causal rows of one head */
+        /* four rows: grouped, and causal rows of one head */
         { 4, 1, 1, 150, 64, 64 },
         { 4, 1, 1, 130, 128, 128 },
         { 1, 1, 4, 100, 32, 32 },

@@ -659,8 +659,8 @@ static const mcase mcases[] = {
       { 0, 3, 5 }, { 0, 600, 1000 } },
     { { 2, 1, 120, 160, 16, 16, 0, 40, 10, 0.0f, 0, 1, 1.0 }, 1, 2, FAVOR_F16, 0.1, 3,
       { 0, 40, 70, 120 }, { 0, 60, 100, 160 } },
-    /* decode, four rows per key/value head read at once (favor__dots4_pv at d =
-     * 64 on AVX2 and AVX-512), a mask per query head */
+    /* decode, four rows per key/value head read at once (favor__rows_as at d =
+     * 64 on AVX2 and AVX-512, the mask in the kernel), a mask per query head */
     { { 8, 2,   1, 700, 64, 64, 1, NOWIN, 0.0f, 1, 1, 1.0 }, 1, 8, FAVOR_F32, 0.3, 0, {0}, {0} },
 };
 
