@@ -4821,7 +4821,7 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
                     s[r] = favor__v_load(p + r * FAVOR__W);                                      \
                 }                                                                                \
             }                                                                                    \
-            if (vx) { /* softcap, ALiBi: the scores through p, free until the exp */             \
+            if (vx) { /* softcap, ALiBi, mask: the scores through p, free till the exp */        \
                 FAVOR__UNROLL for (r = 0; r < NR; ++r) favor__v_store(p + r * FAVOR__W, s[r]);   \
                 favor__rows_var(vx, p, NR, j, g);                                                \
                 FAVOR__UNROLL for (r = 0; r < NR; ++r) s[r] = favor__v_load(p + r * FAVOR__W);   \
@@ -4954,23 +4954,25 @@ static void favor__decode_block(const favor__dec *x, size_t g, size_t b, float *
     if (lanes) favor__transpose(R, d, Qs, d, Qt, R);
     if (beg > j0) j0 = beg; /* the tiles of the keys some row sees */
     if (end < jend) jend = end;
-    /* up to FAVOR__DEC_GROUPED rows with no mask, d = d_v of 4 or 8
-     * vectors: the keys from j0 that all of them see (every key of the block
-     * but a causal call's last few) by favor__rows_as, which keeps the rows'
-     * statistics in registers, four rows at a time (then two, then one). One
-     * such group, K and V of one type: one call over the keys, in place; more
-     * groups, a 64-key tile at a time, each group in turn, the first asking
-     * for the rows ahead (the tile in L1 for the others); K and V of two
-     * types: each tile widened, then the fp32 kernel (the tiles start at
-     * whole groups of keys, so the same bits as one type read in place). The
-     * rest, if any, in the tiles below. Xeon model 167 (favor_ab, 16K-256K
-     * keys, 1 and 2 threads): two rows (16 query heads on 8, or two
-     * positions), which read K and V a row at a time before, 0.67-0.82x the
-     * time, about one row's; three to eight with 16-bit K and V 0.75-0.89x
-     * the widened tiles', fp32 0.96-1.13x (its tiles are not widened, and the
-     * groups after the first take about 15 ns a key from L1); the AVX2 build
-     * alike. A whole block per group instead of a tile: no faster. 16 fp32
-     * rows of d = 128 took 1.17-1.21x: more stay with the tiles */
+    /* up to FAVOR__DEC_GROUPED rows, d = d_v of 4 or 8 vectors: every key of
+     * the block by favor__rows_as, which keeps the rows' statistics in
+     * registers (softcap, ALiBi and a mask in the kernel), four rows at a time
+     * (then two, then one). With no mask, the keys from j0 that all rows see
+     * (every key but a causal call's last few) come first: one group whose K
+     * and V have one type in one call, in place; more groups a 64-key tile at
+     * a time, each group in turn, the first asking for the rows ahead (the
+     * tile in L1 for the others); K and V of two types each tile widened, then
+     * the fp32 kernel (the tiles start at whole groups of keys, so the same
+     * bits as one type read in place). The keys left go by tiles, rows whose
+     * keys differ one at a time over their own keys only. Xeon model 167
+     * (favor_ab, 16K-256K keys, 1 and 2 threads): two rows (16 query heads on
+     * 8, or two positions), which read K and V a row at a time before,
+     * 0.66-0.82x the time, about one row's; three to eight with 16-bit K and V
+     * 0.77-0.90x the widened tiles', fp32 0.96-1.13x (its tiles are not
+     * widened, and the groups after the first take about 15 ns a key from
+     * L1); softcap or a mask on two rows 0.65-0.68x; the AVX2 build alike. A
+     * whole block per group instead of a tile: no faster. 16 fp32 rows of d =
+     * 128 took 1.17-1.21x: more stay with the tiles below */
     if (fits && R <= FAVOR__DEC_GROUPED && j0 < jend) {
         size_t ka = 0, kb = 0, t0, nb, lk, lv, r0, nr, ph, span[3];
         const int one = x->k->dtype == x->v->dtype, scores = x->md.cap > 0.0f || x->md.alibi;
