@@ -1110,6 +1110,7 @@ static inline float favor__s_hmax(float x) { return x; }
  * which is what the scalar a > b ? a : b does. */
 #include <immintrin.h>
 #define FAVOR__W 8
+#define FAVOR__NREG 16
 typedef __m256 favor__vf;
 typedef __m256i favor__vu;
 #define favor__v_set1(x) _mm256_set1_ps(x)
@@ -1197,6 +1198,7 @@ static inline void favor__v_transpose(const float *s, size_t lds, float *d, size
  * follow maxps' rule, as on AVX2. */
 #include <immintrin.h>
 #define FAVOR__W 16
+#define FAVOR__NREG 32
 typedef __m512 favor__vf;
 typedef __m512i favor__vu;
 #define favor__v_set1(x) _mm512_set1_ps(x)
@@ -1287,6 +1289,7 @@ static inline void favor__v_transpose(const float *s, size_t lds, float *d, size
  * NaN; max/min are written as selects so every backend follows one rule. */
 #include <arm_neon.h>
 #define FAVOR__W 4
+#define FAVOR__NREG 32
 typedef float32x4_t favor__vf;
 typedef uint32x4_t favor__vu;
 #define favor__v_set1(x) vdupq_n_f32(x)
@@ -1335,6 +1338,7 @@ static inline void favor__v_transpose(const float *s, size_t lds, float *d, size
 }
 #else
 #define FAVOR__W 1
+#define FAVOR__NREG 32
 typedef float favor__vf;
 typedef favor__su favor__vu;
 #define favor__v_set1 favor__s_set1
@@ -2454,29 +2458,60 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
  * 64) took 0.97-1.00x. */
 #define FAVOR__PV_AHEAD 2048
 
-/* the key row Kr's products with the NR rows q + r ldq into acc[r][u], each
- * row's W lanes to be added by favor__v_sums */
-#define FAVOR__KEY_ROWS(LOAD, NV, NR, Kr, u)                                                      \
+/* Vector registers the decode rows' kernel (FAVOR__DEFINE_ROWS) plans on: the
+ * backend's. Rows are "tight" when their NR x NV accumulators alone pass them
+ * (of the kernels, only AVX2's four rows of d = 64: 32 accumulators, 32 query
+ * vectors, 16 registers). A value row between two key rows then reloaded and
+ * spilled every accumulator, and each key row reread the four rows' queries; a
+ * tight kernel scores two keys per read of the queries and adds a group's values
+ * after its keys, FAVOR__PV_CB accumulators of a row at a time. Each accumulator
+ * adds the same products in the same order: the same bits. Zen 3 (favor_ab,
+ * four rows or 32 to 64 query heads on 8, fp32 and fp16, 2K to 64K keys): built
+ * by clang 14, 0.62-0.76x the time (clang's build had taken 1.6-2x gcc's); by
+ * gcc 12, 0.85-1.0x, within the VM's drift in most runs. */
+#define FAVOR__ROWS_TIGHT(NR, NV) ((NR) * (NV) > FAVOR__NREG)
+#define FAVOR__PV_CB(NR, NV) (FAVOR__ROWS_TIGHT(NR, NV) ? FAVOR__NREG / 2 / (NR) : (NV))
+#define FAVOR__ROWS_KS(NR, NV) (FAVOR__ROWS_TIGHT(NR, NV) ? 2 : 1) /* keys per read of q */
+/* the KS (1 or 2) key rows from Kr, ldk apart: their products with the NR rows
+ * q + r ldq into acc[r][u + e], each row's W lanes to be added by favor__v_sums */
+#define FAVOR__KEY_ROWS(LOAD, NV, NR, KS, Kr, ldk, u)                                            \
     do {                                                                                         \
-        favor__vf k_[NV];                                                                        \
-        FAVOR__UNROLL for (c = 0; c < NV; ++c) k_[c] = LOAD((Kr) + c * FAVOR__W);                \
-        FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
-            favor__vf a_ = favor__v_set1(0.0f);                                                  \
+        favor__vf k_[KS][NV], a_[KS];                                                            \
+        size_t e_;                                                                               \
+        FAVOR__UNROLL for (e_ = 0; e_ < KS; ++e_)                                                \
             FAVOR__UNROLL for (c = 0; c < NV; ++c)                                               \
-                a_ = favor__v_fma(k_[c], favor__v_load(q + r * ldq + c * FAVOR__W), a_);         \
-            acc[r][u] = a_;                                                                      \
+                k_[e_][c] = LOAD((Kr) + e_ * (ldk) + c * FAVOR__W);                              \
+        FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
+            FAVOR__UNROLL for (e_ = 0; e_ < KS; ++e_) a_[e_] = favor__v_set1(0.0f);              \
+            FAVOR__UNROLL for (c = 0; c < NV; ++c) {                                             \
+                const favor__vf q_ = favor__v_load(q + r * ldq + c * FAVOR__W);                  \
+                FAVOR__UNROLL for (e_ = 0; e_ < KS; ++e_)                                        \
+                    a_[e_] = favor__v_fma(k_[e_][c], q_, a_[e_]);                                \
+            }                                                                                    \
+            FAVOR__UNROLL for (e_ = 0; e_ < KS; ++e_) acc[r][(u) + e_] = a_[e_];                 \
         }                                                                                        \
     } while (0)
-/* the value row Vr into the NR rows' C (cv) with their probabilities, row r's
- * at pr[r ps] */
-#define FAVOR__PV_ROWS(LOAD, NV, NR, Vr, pr, ps)                                                  \
+/* the value row Vr's vectors c0 .. c0 + CB - 1 into the NR rows' accumulators
+ * cv[r][c] with their probabilities, row r's at pr[r ps] */
+#define FAVOR__PV_ROWS(LOAD, NR, C0, CB, Vr, pr, ps)                                             \
     do {                                                                                         \
-        favor__vf v_[NV];                                                                        \
-        FAVOR__UNROLL for (c = 0; c < NV; ++c) v_[c] = LOAD((Vr) + c * FAVOR__W);                \
+        favor__vf v_[CB];                                                                        \
+        FAVOR__UNROLL for (c = 0; c < (CB); ++c) v_[c] = LOAD((Vr) + ((C0) + c) * FAVOR__W);     \
         FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
             const favor__vf p_ = favor__v_set1((pr)[r * (ps)]);                                  \
-            FAVOR__UNROLL for (c = 0; c < NV; ++c) cv[r][c] = favor__v_fma(p_, v_[c], cv[r][c]); \
+            FAVOR__UNROLL for (c = 0; c < (CB); ++c)                                             \
+                cv[r][(C0) + c] = favor__v_fma(p_, v_[c], cv[r][(C0) + c]);                      \
         }                                                                                        \
+    } while (0)
+/* the value rows Vp + u ldv (u < pn) into the accumulators, FAVOR__PV_CB of a
+ * row at a time (all of them when the rows are not tight) */
+#define FAVOR__PV_GROUP(LOAD, NV, NR, Vp, ldv, pr, pn)                                           \
+    do {                                                                                         \
+        size_t c0_;                                                                              \
+        FAVOR__UNROLL for (c0_ = 0; c0_ < (NV); c0_ += FAVOR__PV_CB(NR, NV))                     \
+            for (u = 0; u < (pn); ++u)                                                           \
+                FAVOR__PV_ROWS(LOAD, NR, c0_, FAVOR__PV_CB(NR, NV), (Vp) + u * (ldv), (pr) + u,  \
+                               FAVOR__W);                                                        \
     } while (0)
 /* The scores of 4 query rows against a tile: S[r lds + j] = q_r . K_j (q_r = q +
  * r ldq, r < 4, j < nb). favor__dots reads the tile once per row; rows that share
@@ -4757,7 +4792,8 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
 /* NR decode rows (four, two or one) over keys [0, nb) that all of them see (vx:
  * softcap, ALiBi and a mask, or NULL for none), d = d_v = NV W: the registers and
  * reads of the kernels before it (favor__dots4_pv and favor__dots_pv: a key row
- * and the previous group's value row in turn, the rows FAVOR__PV_AHEAD bytes on
+ * and the previous group's value row in turn, or for tight rows two key rows,
+ * then the group's values (FAVOR__ROWS_TIGHT); the rows FAVOR__PV_AHEAD bytes on
  * asked for), with each row's running maximum and sum kept in the kernel, a group
  * of W keys at a time, instead of a tile's scores going out to
  * favor__decode_block's passes (maximum, exp, sum, rescale, the tile's
@@ -4786,7 +4822,8 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
     {                                                                                            \
         favor__vf cv[NR][NV], s[NR];                                                             \
         float m[NR], mc[NR], l[NR], al[NR], p[NR * FAVOR__W]; /* p: the last group's */          \
-        size_t j, u, c, r, g, pj = 0, pn = 0; /* the last group: pn keys from pj */              \
+        size_t j, u, c, r, g, e, pj = 0, pn = 0; /* the last group: pn keys from pj */           \
+        enum { ks = FAVOR__ROWS_KS(NR, NV) }; /* keys scored per read of the queries */          \
         const size_t bytes = NV * FAVOR__W * sizeof(E), pd = FAVOR__PV_AHEAD / bytes;            \
         if (FAVOR__W < 4 || d != NV * FAVOR__W) return 0;                                        \
         FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
@@ -4801,18 +4838,19 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
             g = j >= nb ? 0 : nb - j < FAVOR__W ? nb - j : FAVOR__W;                             \
             if (g == FAVOR__W) { /* its values, a row between two of this group's keys */        \
                 favor__vf acc[NR][FAVOR__W];                                                     \
-                for (u = 0; u < FAVOR__W; ++u) {                                                 \
-                    FAVOR__KEY_ROWS(LOAD, NV, NR, K + (j + u) * ldk, u);                         \
-                    if (j + u + pd < rows) {                                                     \
-                        favor__prefetch_row(K + (j + u + pd) * ldk, bytes);                      \
-                        favor__prefetch_row(V + (j + u + pd) * ldv, bytes);                      \
+                for (u = 0; u < FAVOR__W; u += ks) {                                             \
+                    FAVOR__KEY_ROWS(LOAD, NV, NR, ks, K + (j + u) * ldk, ldk, u);                \
+                    for (e = j + u + pd; e < j + u + ks + pd && e < rows; ++e) {                 \
+                        favor__prefetch_row(K + e * ldk, bytes);                                 \
+                        favor__prefetch_row(V + e * ldv, bytes);                                 \
                     }                                                                            \
-                    if (u < pn) FAVOR__PV_ROWS(LOAD, NV, NR, Vp + u * ldv, p + u, FAVOR__W);     \
+                    if (!FAVOR__ROWS_TIGHT(NR, NV) && u < pn)                                    \
+                        FAVOR__PV_ROWS(LOAD, NR, 0, NV, Vp + u * ldv, p + u, FAVOR__W);          \
                 }                                                                                \
+                if (FAVOR__ROWS_TIGHT(NR, NV)) FAVOR__PV_GROUP(LOAD, NV, NR, Vp, ldv, p, pn);    \
                 FAVOR__UNROLL for (r = 0; r < NR; ++r) s[r] = favor__v_sums(acc[r]);             \
             } else { /* its values, then the last keys, if any, one by one */                    \
-                for (u = 0; u < pn; ++u)                                                         \
-                    FAVOR__PV_ROWS(LOAD, NV, NR, Vp + u * ldv, p + u, FAVOR__W);                 \
+                FAVOR__PV_GROUP(LOAD, NV, NR, Vp, ldv, p, pn);                                   \
                 if (!g) break;                                                                   \
                 for (r = 0; r < NR; ++r) {                                                       \
                     for (u = 0; u < FAVOR__W; ++u) p[r * FAVOR__W + u] = -INFINITY;              \
@@ -9867,17 +9905,22 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__MR
 #undef FAVOR__MSLICE
 #undef FAVOR__MSTAGE
+#undef FAVOR__NREG
 #undef FAVOR__NV1
 #undef FAVOR__PEND
 #undef FAVOR__PF_MIN
 #undef FAVOR__POLY2_MAXD
 #undef FAVOR__PV_AHEAD
+#undef FAVOR__PV_CB
+#undef FAVOR__PV_GROUP
 #undef FAVOR__PV_ROWS
 #undef FAVOR__RAMP
 #undef FAVOR__RELU_FLOOR
 #undef FAVOR__ROWBLK
 #undef FAVOR__ROWS_ARGS
 #undef FAVOR__ROWS_AS
+#undef FAVOR__ROWS_KS
+#undef FAVOR__ROWS_TIGHT
 #undef FAVOR__SBP
 #undef FAVOR__SEGMIN
 #undef FAVOR__SEP

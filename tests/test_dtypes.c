@@ -475,7 +475,8 @@ static void test_forward_decode_rows(void **state)
         { 2, 1, 1, 130, 128, 128 },
         { 2, 2, 2, 100, 32, 32 },
         { 1, 1, 2, 90, 16, 16 },
-        /* four rows: grouped, and causal rows of one head */
+        /* four rows: grouped, and causal rows of one head (AVX2's four rows of
+         * d = 64 take the kernel's tight form: FAVOR__ROWS_TIGHT) */
         { 4, 1, 1, 150, 64, 64 },
         { 4, 1, 1, 130, 128, 128 },
         { 1, 1, 4, 100, 32, 32 },
