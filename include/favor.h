@@ -9196,7 +9196,6 @@ static size_t favor__linear_bwd_call(const favor_features *f, const favor_tensor
                                   &at[0], &at[1], &at[2], &at[3], &at[4]);
 }
 
-
 /* One sequence of a linear backward (sh: its shape) on ws */
 static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
                                   const favor_tensor *q, const favor_tensor *k,
