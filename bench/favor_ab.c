@@ -2,7 +2,7 @@
  * calls interleaved, and whether their outputs agree bit for bit
  * (bench/README.md, "Comparing two versions of the header").
  *
- *   favor_ab [--rounds R] [--min-ms M] [--expect-same] LIB.so... -- CASE...
+ *   favor_ab [--rounds R] [--min-ms M] [--expect-same] [--kv-offset B] LIB.so... -- CASE...
  *   CASE: decode:N_KEYS:D:TYPE:HQ/HK:ROWS:THREADS   (causal, the last ROWS rows)
  *         prefill:N:D:TYPE:HQ/HK:causal|full:THREADS
  *         backward:N:D:TYPE:HQ/HK:causal|full:THREADS (the prefill's gradients)
@@ -17,7 +17,10 @@
  * sample: calls repeated for at least M ms), the builds in an order that
  * rotates from round to round, and a build's ratio is the median over the
  * rounds of its time over build 0's in the same round. Also printed: each
- * build's median time and the range of its ratios. POSIX (dlopen). */
+ * build's median time and the range of its ratios. K and V start on a 64-byte
+ * line, as favor_bench's buffers do (malloc leaves a large buffer 16 bytes past
+ * one, which made fp32 rows of several queries up to 2x slower on a Zen 5), or
+ * --kv-offset B bytes past one. POSIX (dlopen, posix_memalign). */
 #define _POSIX_C_SOURCE 200809L
 #include "favor_ab.h"
 
@@ -142,13 +145,15 @@ static int ab_parse_case(const char *s, favor_ab_case *c)
 static void ab_usage(void)
 {
     fprintf(stderr,
-            "usage: favor_ab [--rounds R] [--min-ms M] [--expect-same] LIB.so... -- CASE...\n"
+            "usage: favor_ab [--rounds R] [--min-ms M] [--expect-same] [--kv-offset B]\n"
+            "                LIB.so... -- CASE...\n"
             "  CASE: decode:N_KEYS:D:TYPE:HQ/HK:ROWS:THREADS (causal, the last ROWS rows)\n"
             "        prefill:N:D:TYPE:HQ/HK:causal|full:THREADS\n"
             "        backward:N:D:TYPE:HQ/HK:causal|full:THREADS (dq compared)\n"
             "  TYPE: f32, f16, bf16 (K and V)\n"
             "  then, optionally, :cap=C (softcap), :alibi (ALiBi, slopes 2^(-8(h+1)/hq)),\n"
             "  :mask (an fp32 mask of zeros) and :window=L (window_left L)\n"
+            "  --kv-offset B: K and V B bytes (0 to 63, whole elements) past a 64-byte line\n"
             "  e.g. favor_ab a.so b.so -- decode:16384:64:f16:32/8:1:1\n");
 }
 
@@ -156,7 +161,7 @@ int main(int argc, char **argv)
 {
     const char *names[AB_MAX_LIBS];
     favor_ab_fn fn[AB_MAX_LIBS];
-    int nl = 0, rounds = 7, expect_same = 0, i, failed = 0;
+    int nl = 0, rounds = 7, expect_same = 0, i, failed = 0, kv_off = 0;
     double min_s = 0.02;
     for (i = 1; i < argc && strcmp(argv[i], "--"); ++i) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
@@ -165,6 +170,9 @@ int main(int argc, char **argv)
             min_s = atof(argv[++i]) * 1e-3;
         } else if (!strcmp(argv[i], "--expect-same")) {
             expect_same = 1;
+        } else if (!strcmp(argv[i], "--kv-offset") && i + 1 < argc) {
+            kv_off = atoi(argv[++i]);
+            if (kv_off < 0 || kv_off > 63) kv_off = -1;
         } else if (argv[i][0] == '-' || nl == AB_MAX_LIBS) {
             ab_usage();
             return 2;
@@ -180,7 +188,8 @@ int main(int argc, char **argv)
             names[nl++] = argv[i];
         }
     }
-    if (nl < 1 || i + 1 >= argc || rounds < 1 || rounds > AB_MAX_ROUNDS || !(min_s >= 0.0)) {
+    if (nl < 1 || i + 1 >= argc || rounds < 1 || rounds > AB_MAX_ROUNDS || !(min_s >= 0.0) ||
+        kv_off < 0) {
         ab_usage();
         return 2;
     }
@@ -193,7 +202,7 @@ int main(int argc, char **argv)
         double dmax[AB_MAX_LIBS] = {0.0}, omax = 0.0;
         size_t nq, nkv, es;
         float *q, *o, *o0, *out = NULL, *dout = NULL, *dk = NULL, *dv = NULL;
-        void *k, *v;
+        void *k, *v, *kbuf = NULL, *vbuf = NULL;
         if (!ab_parse_case(argv[i], &c)) {
             fprintf(stderr, "favor_ab: bad case '%s'\n", argv[i]);
             ab_usage();
@@ -205,8 +214,14 @@ int main(int argc, char **argv)
         q = malloc(nq * sizeof *q);
         o = malloc(nq * sizeof *o);
         o0 = malloc(nq * sizeof *o0);
-        k = malloc(nkv * es);
-        v = malloc(nkv * es);
+        if (kv_off % (int)es) {
+            fprintf(stderr, "favor_ab: --kv-offset %d is not whole elements of '%s'\n", kv_off,
+                    argv[i]);
+            return 2;
+        }
+        k = v = NULL; /* on a line, or kv_off bytes past one */
+        if (!posix_memalign(&kbuf, 64, nkv * es + 64)) k = (char *)kbuf + kv_off;
+        if (!posix_memalign(&vbuf, 64, nkv * es + 64)) v = (char *)vbuf + kv_off;
         if (!q || !o || !o0 || !k || !v) {
             fprintf(stderr, "favor_ab: out of memory for '%s'\n", argv[i]);
             return 2;
@@ -242,6 +257,7 @@ int main(int argc, char **argv)
                c.rows, c.rows > 1 ? "s" : "", c.threads, c.threads > 1 ? "s" : "",
                c.cap > 0.0f ? ", softcap" : "", c.alibi ? ", ALiBi" : "", c.mask ? ", mask" : "",
                c.window ? ", window" : "");
+        if (kv_off) printf("  K and V %d bytes past a 64-byte line\n", kv_off);
         /* a warm-up call each, whose output is compared with build 0's */
         for (int b = 0; b < nl; ++b) {
             int st = fn[b](&c, q, k, v, b ? o : o0);
@@ -289,8 +305,8 @@ int main(int argc, char **argv)
         free(q);
         free(o);
         free(o0);
-        free(k);
-        free(v);
+        free(kbuf);
+        free(vbuf);
         free(out);
         free(dout);
         free(dk);

@@ -5,8 +5,8 @@
 #   sh bench/favor_ab.sh [favor_ab options] VERSION... -- CASE...
 #
 # VERSION: a path to a favor.h, or a git revision of this repository (its
-# include/favor.h); CASE and the options (--rounds R, --min-ms M, --expect-same):
-# see bench/favor_ab.c. Each version is compiled with bench/favor_ab_lib.c into
+# include/favor.h); CASE and the options (--rounds R, --min-ms M, --expect-same,
+# --kv-offset B): see bench/favor_ab.c. Each version is compiled with bench/favor_ab_lib.c into
 # a shared object in $FAVOR_AB_DIR (default build/ab) with
 # ${CC:-cc} $FAVOR_AB_CFLAGS (default -O2 -march=native) -fopenmp, then
 # favor_ab times them. Example: the working tree's header against the last
@@ -30,7 +30,7 @@ mkdir -p "$dir"
 opts=""
 while [ $# -gt 0 ]; do
     case $1 in
-    --rounds | --min-ms) opts="$opts $1 $2"; shift 2 ;;
+    --rounds | --min-ms | --kv-offset) opts="$opts $1 $2"; shift 2 ;;
     --expect-same) opts="$opts $1"; shift ;;
     *) break ;;
     esac

@@ -1233,6 +1233,32 @@ static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf 
 #define FAVOR__LANES(n) ((__mmask16)((1u << (n)) - 1u))
 #define favor__v_load_n(p, n) _mm512_maskz_loadu_ps(FAVOR__LANES(n), (p))
 #define favor__v_store_n(p, x, n) _mm512_mask_storeu_ps((p), FAVOR__LANES(n), (x))
+/* Vector c < nv of an fp32 row of nv vectors at p. A row off the 64-byte lines
+ * (where malloc leaves a large buffer: 16 bytes past a page) takes each of its
+ * vectors across two lines, and such a load costs more than two loads on an
+ * AMD core: four decode rows of such a cache (favor__rows_as) took 2.0-2.1x the
+ * time of the same cache on the lines (Zen 5, 64K keys; 1.35x in L2), a plain
+ * read 1.38x. Here an unaligned row takes the lines' own loads instead, masked
+ * to its elements at its two ends (nothing outside the row is read), and one
+ * two-source permute per vector: the same values. */
+#define FAVOR__ROW_LOADS 1
+#define favor__v_load_row FAVOR__N(favor__v_load_row) /* a function here */
+static inline favor__vf favor__v_load_row(const float *p, size_t c, size_t nv)
+{
+    const unsigned a = (unsigned)((uintptr_t)p >> 2) & 15u; /* its floats past a line */
+    const float *b = p - a;
+    __m512 lo, hi;
+    if (!a) return _mm512_loadu_ps(p + c * 16);
+    lo = c == 0 ? _mm512_maskz_loadu_ps((__mmask16)(0xffffu << a), b)
+                : _mm512_loadu_ps(b + c * 16);
+    hi = c + 1 == nv ? _mm512_maskz_loadu_ps(FAVOR__LANES(a), b + (c + 1) * 16)
+                     : _mm512_loadu_ps(b + (c + 1) * 16);
+    return _mm512_permutex2var_ps(
+        lo,
+        _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32((int)a)),
+        hi);
+}
 /* Lane-block helpers of the two below: the 128-bit blocks 0 and 2 (EVEN) or 1
  * and 3 (ODD) of a, then the same of b. */
 #define FAVOR__X4_EVEN(a, b) _mm512_shuffle_f32x4((a), (b), 0x88)
@@ -1755,6 +1781,10 @@ static inline void favor__v_store_bf16(uint16_t *p, favor__vf x)
 #define favor__v_load_bf16(p) favor__s_from_bf16(*(p))
 #define favor__v_load_bf16a(p) favor__s_from_bf16(*(p))
 #define favor__v_store_bf16(p, x) (*(p) = favor__s_to_bf16(x))
+#endif
+
+#ifndef FAVOR__ROW_LOADS /* (AVX-512's is above) */
+#define favor__v_load_row(p, c, nv) favor__v_load((p) + (c) * FAVOR__W)
 #endif
 
 /* Array forms: favor__widen_T(y, x, n) sets y[i] = widen(x[i]) and
@@ -2480,7 +2510,7 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
         size_t e_;                                                                               \
         FAVOR__UNROLL for (e_ = 0; e_ < KS; ++e_)                                                \
             FAVOR__UNROLL for (c = 0; c < NV; ++c)                                               \
-                k_[e_][c] = LOAD((Kr) + e_ * (ldk) + c * FAVOR__W);                              \
+                k_[e_][c] = LOAD((Kr) + e_ * (ldk), c, NV);                                      \
         FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
             FAVOR__UNROLL for (e_ = 0; e_ < KS; ++e_) a_[e_] = favor__v_set1(0.0f);              \
             FAVOR__UNROLL for (c = 0; c < NV; ++c) {                                             \
@@ -2493,10 +2523,10 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
     } while (0)
 /* the value row Vr's vectors c0 .. c0 + CB - 1 into the NR rows' accumulators
  * cv[r][c] with their probabilities, row r's at pr[r ps] */
-#define FAVOR__PV_ROWS(LOAD, NR, C0, CB, Vr, pr, ps)                                             \
+#define FAVOR__PV_ROWS(LOAD, NV, NR, C0, CB, Vr, pr, ps)                                         \
     do {                                                                                         \
         favor__vf v_[CB];                                                                        \
-        FAVOR__UNROLL for (c = 0; c < (CB); ++c) v_[c] = LOAD((Vr) + ((C0) + c) * FAVOR__W);     \
+        FAVOR__UNROLL for (c = 0; c < (CB); ++c) v_[c] = LOAD((Vr), (C0) + c, NV);               \
         FAVOR__UNROLL for (r = 0; r < NR; ++r) {                                                 \
             const favor__vf p_ = favor__v_set1((pr)[r * (ps)]);                                  \
             FAVOR__UNROLL for (c = 0; c < (CB); ++c)                                             \
@@ -2510,8 +2540,8 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
         size_t c0_;                                                                              \
         FAVOR__UNROLL for (c0_ = 0; c0_ < (NV); c0_ += FAVOR__PV_CB(NR, NV))                     \
             for (u = 0; u < (pn); ++u)                                                           \
-                FAVOR__PV_ROWS(LOAD, NR, c0_, FAVOR__PV_CB(NR, NV), (Vp) + u * (ldv), (pr) + u,  \
-                               FAVOR__W);                                                        \
+                FAVOR__PV_ROWS(LOAD, NV, NR, c0_, FAVOR__PV_CB(NR, NV), (Vp) + u * (ldv),        \
+                               (pr) + u, FAVOR__W);                                              \
     } while (0)
 /* The scores of 4 query rows against a tile: S[r lds + j] = q_r . K_j (q_r = q +
  * r ldq, r < 4, j < nb). favor__dots reads the tile once per row; rows that share
@@ -4845,7 +4875,7 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
                         favor__prefetch_row(V + e * ldv, bytes);                                 \
                     }                                                                            \
                     if (!FAVOR__ROWS_TIGHT(NR, NV) && u < pn)                                    \
-                        FAVOR__PV_ROWS(LOAD, NR, 0, NV, Vp + u * ldv, p + u, FAVOR__W);          \
+                        FAVOR__PV_ROWS(LOAD, NV, NR, 0, NV, Vp + u * ldv, p + u, FAVOR__W);      \
                 }                                                                                \
                 if (FAVOR__ROWS_TIGHT(NR, NV)) FAVOR__PV_GROUP(LOAD, NV, NR, Vp, ldv, p, pn);    \
                 FAVOR__UNROLL for (r = 0; r < NR; ++r) s[r] = favor__v_sums(acc[r]);             \
@@ -4891,21 +4921,33 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
         }                                                                                        \
         return 1;                                                                                \
     }
+/* The kernels' loads, LOAD(row, c, nv): vector c of a row of nv vectors. Two and
+ * four fp32 rows take favor__v_load_row (a row off the lines in aligned loads on
+ * AVX-512: four rows of such a cache 0.55x the time, two 0.93-0.95x, on the
+ * lines 0.99-1.0x; Zen 5, 64K keys, d = 64 and 128); one row, which does a
+ * quarter of the arithmetic per vector loaded, keeps the plain loads (with the
+ * permutes, 1.16-1.24x the time in L2, and no gain from memory). */
+#define FAVOR__LD_F32(p, c, nv) favor__v_load((p) + (c) * FAVOR__W)
+#define FAVOR__LD_ROW(p, c, nv) favor__v_load_row((p), (c), (nv))
+#define FAVOR__LD_F16(p, c, nv) favor__v_load_f16((p) + (c) * FAVOR__W)
+#define FAVOR__LD_BF16(p, c, nv) favor__v_load_bf16a((p) + (c) * FAVOR__W)
 /* the four-row, two-row and one-row kernels of a type and size */
-#define FAVOR__DEFINE_ROWS421(NAME4, NAME2, NAME1, T, E, LOAD, NV)                               \
-    FAVOR__DEFINE_ROWS(NAME4, T, E, LOAD, NV, 4)                                                 \
-    FAVOR__DEFINE_ROWS(NAME2, T, E, LOAD, NV, 2)                                                 \
-    FAVOR__DEFINE_ROWS(NAME1, T, E, LOAD, NV, 1)
-FAVOR__DEFINE_ROWS421(favor__rows4_4, favor__rows2_4, favor__rows1_4, , float, favor__v_load, 4)
+#define FAVOR__DEFINE_ROWS421(NAME4, NAME2, NAME1, T, E, LOADN, LOAD1, NV)                       \
+    FAVOR__DEFINE_ROWS(NAME4, T, E, LOADN, NV, 4)                                                \
+    FAVOR__DEFINE_ROWS(NAME2, T, E, LOADN, NV, 2)                                                \
+    FAVOR__DEFINE_ROWS(NAME1, T, E, LOAD1, NV, 1)
+FAVOR__DEFINE_ROWS421(favor__rows4_4, favor__rows2_4, favor__rows1_4, , float, FAVOR__LD_ROW,
+                      FAVOR__LD_F32, 4)
 FAVOR__DEFINE_ROWS421(favor__rows4_4_f16, favor__rows2_4_f16, favor__rows1_4_f16, _f16, uint16_t,
-                      favor__v_load_f16, 4)
+                      FAVOR__LD_F16, FAVOR__LD_F16, 4)
 FAVOR__DEFINE_ROWS421(favor__rows4_4_bf16, favor__rows2_4_bf16, favor__rows1_4_bf16, _bf16,
-                      uint16_t, favor__v_load_bf16a, 4)
-FAVOR__DEFINE_ROWS421(favor__rows4_8, favor__rows2_8, favor__rows1_8, , float, favor__v_load, 8)
+                      uint16_t, FAVOR__LD_BF16, FAVOR__LD_BF16, 4)
+FAVOR__DEFINE_ROWS421(favor__rows4_8, favor__rows2_8, favor__rows1_8, , float, FAVOR__LD_ROW,
+                      FAVOR__LD_F32, 8)
 FAVOR__DEFINE_ROWS421(favor__rows4_8_f16, favor__rows2_8_f16, favor__rows1_8_f16, _f16, uint16_t,
-                      favor__v_load_f16, 8)
+                      FAVOR__LD_F16, FAVOR__LD_F16, 8)
 FAVOR__DEFINE_ROWS421(favor__rows4_8_bf16, favor__rows2_8_bf16, favor__rows1_8_bf16, _bf16,
-                      uint16_t, favor__v_load_bf16a, 8)
+                      uint16_t, FAVOR__LD_BF16, FAVOR__LD_BF16, 8)
 
 /* favor__rows4_*, favor__rows2_* or favor__rows1_* (nr = 4, 2 or 1) on K and V
  * rows of type t: 0 when no kernel fits */
@@ -9894,6 +9936,10 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__ITEMS
 #undef FAVOR__KEY_ROWS
 #undef FAVOR__LANES
+#undef FAVOR__LD_BF16
+#undef FAVOR__LD_F16
+#undef FAVOR__LD_F32
+#undef FAVOR__LD_ROW
 #undef FAVOR__LN_P_MIN
 #undef FAVOR__LOAD_U16
 #undef FAVOR__MASKED
@@ -9920,6 +9966,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__ROWS_AS
 #undef FAVOR__ROWS_KS
 #undef FAVOR__ROWS_TIGHT
+#undef FAVOR__ROW_LOADS
 #undef FAVOR__SBP
 #undef FAVOR__SEGMIN
 #undef FAVOR__SEP
@@ -9955,6 +10002,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__v_load_f16
 #undef favor__v_load_f32
 #undef favor__v_load_n
+#undef favor__v_load_row
 #undef favor__v_max
 #undef favor__v_min
 #undef favor__v_mul

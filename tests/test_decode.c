@@ -36,7 +36,12 @@
  *
  * Validation on decode shapes: NULL pointers, mismatched shapes, an output, lse
  * or workspace overlapping an input, bad options: the exact status, nothing
- * written. */
+ * written.
+ *
+ * Caches off the 64-byte lines: 2 to 8 rows per key/value head (the grouped
+ * kernels), d = 64 and 128, K and V at float offsets 0 to 15 from a line, packed
+ * and interleaved with rows of d + 1 floats, NaN around them: the bits of the
+ * call on the lines, which matches the reference. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1021,6 +1026,100 @@ static void test_decode_validation(void **state)
     assert_int_equal(fails, 0);
 }
 
+/* ---- 8. caches off the 64-byte lines ------------------------------------------- */
+
+/* hkv heads of nk rows of d floats at base + off (base on a 64-byte line): packed
+ * ([head][row][col], rs = d) or interleaved with a pad of `pad` floats per row
+ * ([row][heads * d + pad], each row then starting at another offset in its line);
+ * every float of buf outside the view is NaN. Returns the view. */
+static favor_tensor ua_place(float *buf, size_t cap, const float *src, size_t hkv, size_t nk,
+                             size_t d, int inter, size_t pad, size_t off)
+{
+    float *base = (float *)(void *)((unsigned char *)buf + (64 - (uintptr_t)buf % 64) % 64);
+    favor_tensor t = favor_tensor_packed(base + off, hkv, nk, d);
+    size_t h, j, c;
+    for (h = 0; h < cap; ++h) buf[h] = (float)NAN;
+    if (inter) {
+        t.head_stride = d;
+        t.row_stride = hkv * d + pad;
+    }
+    for (h = 0; h < hkv; ++h)
+        for (j = 0; j < nk; ++j)
+            for (c = 0; c < d; ++c)
+                base[off + h * t.head_stride + j * t.row_stride + c] = src[(h * nk + j) * d + c];
+    return t;
+}
+
+/* One query row or a few, 2 to 8 rows per key/value head (the grouped decode
+ * kernels, which take a cache off the lines in aligned loads on AVX-512), K and V
+ * at float offsets 0 to 15 from a 64-byte line, packed and interleaved with
+ * padded rows (each row at another offset), the floats around them NaN: every
+ * call gives the bits of the call on the lines, and that call matches the
+ * reference. */
+static void test_decode_unaligned(void **state)
+{
+    static const size_t cfg[][3] = { { 2, 1, 1 }, { 4, 1, 1 }, { 8, 1, 1 }, { 4, 2, 2 },
+                                     { 1, 1, 4 } }; /* hq, hkv, n */
+    static const size_t offs[][2] = { { 1, 5 }, { 4, 4 }, { 15, 12 }, { 8, 0 }, { 0, 3 } };
+    static const size_t ds[2] = { 64, 128 };
+    const size_t nk = 700;
+    int fails = 0;
+    size_t ci, di, oi, lay;
+    (void)state;
+    for (ci = 0; ci < sizeof cfg / sizeof cfg[0]; ++ci)
+        for (di = 0; di < 2; ++di)
+            for (lay = 0; lay < 2; ++lay) {
+                const size_t hq = cfg[ci][0], hkv = cfg[ci][1], n = cfg[ci][2], d = ds[di];
+                const size_t pad = lay ? 1 : 0, cap = hkv * nk * (d + pad) + 48;
+                tu_rng rng;
+                float *q, *k, *v, *kb, *vb, *o0, *o;
+                favor_tensor Q, K, V, O0, O;
+                favor_options opt = favor_default_options();
+                rng.s = 0x5eedull + 16 * ci + 4 * di + lay;
+                q = tu_normal_floats(&rng, hq * n * d, 1.0);
+                k = tu_normal_floats(&rng, hkv * nk * d, 1.0);
+                v = tu_normal_floats(&rng, hkv * nk * d, 1.0);
+                kb = (float *)tu_xmalloc(cap * sizeof *kb);
+                vb = (float *)tu_xmalloc(cap * sizeof *vb);
+                o0 = (float *)tu_xmalloc(hq * n * d * sizeof *o0);
+                o = (float *)tu_xmalloc(hq * n * d * sizeof *o);
+                Q = favor_tensor_packed(q, hq, n, d);
+                O0 = favor_tensor_packed(o0, hq, n, d);
+                O = favor_tensor_packed(o, hq, n, d);
+                opt.flags = FAVOR_CAUSAL;
+                opt.threads = 1;
+                K = ua_place(kb, cap, k, hkv, nk, d, (int)lay, pad, 0);
+                V = ua_place(vb, cap, v, hkv, nk, d, (int)lay, pad, 0);
+                print_message("unaligned: hq %u hkv %u n %u d %u %s\n", (unsigned)hq,
+                              (unsigned)hkv, (unsigned)n, (unsigned)d,
+                              lay ? "interleaved, rows of d + 1" : "packed");
+                if (favor_softmax_attention(&Q, &K, &V, &O0, &opt) != FAVOR_OK) {
+                    print_error("  the call on the lines failed\n");
+                    ++fails;
+                } else
+                    fails += dc_compare(&Q, &K, &V, &O0, NULL, 0.0f, 1);
+                for (oi = 0; oi < sizeof offs / sizeof offs[0]; ++oi) {
+                    K = ua_place(kb, cap, k, hkv, nk, d, (int)lay, pad, offs[oi][0]);
+                    V = ua_place(vb, cap, v, hkv, nk, d, (int)lay, pad, offs[oi][1]);
+                    memset(o, 0xff, hq * n * d * sizeof *o);
+                    if (favor_softmax_attention(&Q, &K, &V, &O, &opt) != FAVOR_OK ||
+                        memcmp(o, o0, hq * n * d * sizeof *o)) {
+                        print_error("  K at +%u floats, V at +%u: not the bits on the lines\n",
+                                    (unsigned)offs[oi][0], (unsigned)offs[oi][1]);
+                        ++fails;
+                    }
+                }
+                free(q);
+                free(k);
+                free(v);
+                free(kb);
+                free(vb);
+                free(o0);
+                free(o);
+            }
+    assert_int_equal(fails, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1031,6 +1130,7 @@ int main(void)
         cmocka_unit_test(test_decode_no_future_dependence),
         cmocka_unit_test(test_decode_workspace),
         cmocka_unit_test(test_decode_validation),
+        cmocka_unit_test(test_decode_unaligned),
     };
     if (tu_check_backend() != 0) return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);
