@@ -4922,11 +4922,13 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
         return 1;                                                                                \
     }
 /* The kernels' loads, LOAD(row, c, nv): vector c of a row of nv vectors. Two and
- * four fp32 rows take favor__v_load_row (a row off the lines in aligned loads on
- * AVX-512: four rows of such a cache 0.55x the time, two 0.93-0.95x, on the
- * lines 0.99-1.0x; Zen 5, 64K keys, d = 64 and 128); one row, which does a
+ * four fp32 rows take favor__v_load_row (on AVX-512 a row off the lines in aligned
+ * loads; Zen 5, K and V 16 bytes past a line, 64K keys: four rows, 32 and 64 query
+ * heads on 8 0.49-0.57x the time, two rows 0.69-0.89x from the L3 and memory and
+ * 0.97x in L2; on the lines 0.89-0.92x, each vector now loaded once for the rows
+ * where gcc 12 had folded a load into each row's FMA). One row, which does a
  * quarter of the arithmetic per vector loaded, keeps the plain loads (with the
- * permutes, 1.16-1.24x the time in L2, and no gain from memory). */
+ * permutes, 1.16-1.24x the time in L2, 0.93-1.11x from the L3 and memory). */
 #define FAVOR__LD_F32(p, c, nv) favor__v_load((p) + (c) * FAVOR__W)
 #define FAVOR__LD_ROW(p, c, nv) favor__v_load_row((p), (c), (nv))
 #define FAVOR__LD_F16(p, c, nv) favor__v_load_f16((p) + (c) * FAVOR__W)
