@@ -1235,12 +1235,12 @@ static inline favor__vf favor__v_pos_select(favor__vf x, favor__vf a, favor__vf 
 #define favor__v_store_n(p, x, n) _mm512_mask_storeu_ps((p), FAVOR__LANES(n), (x))
 /* Vector c < nv of an fp32 row of nv vectors at p. A row off the 64-byte lines
  * (where malloc leaves a large buffer: 16 bytes past a page) takes each of its
- * vectors across two lines, and such a load costs more than two loads on an
- * AMD core: four decode rows of such a cache (favor__rows_as) took 2.0-2.1x the
- * time of the same cache on the lines (Zen 5, 64K keys; 1.35x in L2), a plain
- * read 1.38x. Here an unaligned row takes the lines' own loads instead, masked
- * to its elements at its two ends (nothing outside the row is read), and one
- * two-source permute per vector: the same values. */
+ * vectors across two lines: on a Zen 5 a plain read of such loads took 1.38x
+ * the time, and four decode rows of such a cache (favor__rows_as, each vector's
+ * load folded into four FMAs) 2.0-2.1x (64K keys; 1.35x in L2). Here an
+ * unaligned row takes the lines' own loads instead, masked to its elements at
+ * its two ends (nothing outside the row is read), and one two-source permute
+ * per vector: the same values. */
 #define FAVOR__ROW_LOADS 1
 #define favor__v_load_row FAVOR__N(favor__v_load_row) /* a function here */
 static inline favor__vf favor__v_load_row(const float *p, size_t c, size_t nv)
