@@ -6,8 +6,8 @@
 #
 # VERSION: a path to a favor.h, or a git revision of this repository (its
 # include/favor.h); CASE and the options (--rounds R, --min-ms M, --expect-same,
-# --kv-offset B): see bench/favor_ab.c. Each version is compiled with bench/favor_ab_lib.c into
-# a shared object in $FAVOR_AB_DIR (default build/ab) with
+# --kv-offset B): see bench/favor_ab.c. Each version is compiled with
+# bench/favor_ab_lib.c into a shared object in $FAVOR_AB_DIR (default build/ab) with
 # ${CC:-cc} $FAVOR_AB_CFLAGS (default -O2 -march=native) -fopenmp, then
 # favor_ab times them. Example: the working tree's header against the last
 # commit's, one fp16 decode row and 4 rows on 32 query heads on 8:

@@ -1251,8 +1251,7 @@ static inline favor__vf favor__v_load_row(const float *p, size_t c, size_t nv)
     if (!a) return _mm512_loadu_ps(p + c * 16);
     lo = c == 0 ? _mm512_maskz_loadu_ps((__mmask16)(0xffffu << a), b)
                 : _mm512_loadu_ps(b + c * 16);
-    hi = c + 1 == nv ? _mm512_maskz_loadu_ps(FAVOR__LANES(a), b + (c + 1) * 16)
-                     : _mm512_loadu_ps(b + (c + 1) * 16);
+    hi = c + 1 == nv ? favor__v_load_n(b + (c + 1) * 16, a) : _mm512_loadu_ps(b + (c + 1) * 16);
     return _mm512_permutex2var_ps(
         lo,
         _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -4930,7 +4929,6 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
  * quarter of the arithmetic per vector loaded, keeps the plain loads (with the
  * permutes, 1.16-1.24x the time in L2, 0.93-1.11x from the L3 and memory). */
 #define FAVOR__LD_F32(p, c, nv) favor__v_load((p) + (c) * FAVOR__W)
-#define FAVOR__LD_ROW(p, c, nv) favor__v_load_row((p), (c), (nv))
 #define FAVOR__LD_F16(p, c, nv) favor__v_load_f16((p) + (c) * FAVOR__W)
 #define FAVOR__LD_BF16(p, c, nv) favor__v_load_bf16a((p) + (c) * FAVOR__W)
 /* the four-row, two-row and one-row kernels of a type and size */
@@ -4938,13 +4936,13 @@ static void favor__rows_var(const favor__rowvar *v, float *p, size_t nr, size_t 
     FAVOR__DEFINE_ROWS(NAME4, T, E, LOADN, NV, 4)                                                \
     FAVOR__DEFINE_ROWS(NAME2, T, E, LOADN, NV, 2)                                                \
     FAVOR__DEFINE_ROWS(NAME1, T, E, LOAD1, NV, 1)
-FAVOR__DEFINE_ROWS421(favor__rows4_4, favor__rows2_4, favor__rows1_4, , float, FAVOR__LD_ROW,
+FAVOR__DEFINE_ROWS421(favor__rows4_4, favor__rows2_4, favor__rows1_4, , float, favor__v_load_row,
                       FAVOR__LD_F32, 4)
 FAVOR__DEFINE_ROWS421(favor__rows4_4_f16, favor__rows2_4_f16, favor__rows1_4_f16, _f16, uint16_t,
                       FAVOR__LD_F16, FAVOR__LD_F16, 4)
 FAVOR__DEFINE_ROWS421(favor__rows4_4_bf16, favor__rows2_4_bf16, favor__rows1_4_bf16, _bf16,
                       uint16_t, FAVOR__LD_BF16, FAVOR__LD_BF16, 4)
-FAVOR__DEFINE_ROWS421(favor__rows4_8, favor__rows2_8, favor__rows1_8, , float, FAVOR__LD_ROW,
+FAVOR__DEFINE_ROWS421(favor__rows4_8, favor__rows2_8, favor__rows1_8, , float, favor__v_load_row,
                       FAVOR__LD_F32, 8)
 FAVOR__DEFINE_ROWS421(favor__rows4_8_f16, favor__rows2_8_f16, favor__rows1_8_f16, _f16, uint16_t,
                       FAVOR__LD_F16, FAVOR__LD_F16, 8)
@@ -9941,7 +9939,6 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__LD_BF16
 #undef FAVOR__LD_F16
 #undef FAVOR__LD_F32
-#undef FAVOR__LD_ROW
 #undef FAVOR__LN_P_MIN
 #undef FAVOR__LOAD_U16
 #undef FAVOR__MASKED
