@@ -4411,10 +4411,12 @@ static void favor__softmax_qt(const float *Q, size_t ldq, size_t nq, size_t d, f
  * see at -inf (lanes past the rows are left as they are). Without softcap the
  * mask's tile, transposed to the key-major lanes, is where the products are
  * summed into (x = mask + q.k, ALiBi then added): the mask costs no pass of
- * its own. */
+ * its own. With `ahead` (or a mask), the products go a slice of FAVOR__MSLICE
+ * keys at a time, each followed by its share of the rows ahead (into L2) and of
+ * the mask's next stage; each score is the same sum either way. */
 static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, float *St, float *T,
                                   size_t nb, size_t d, size_t j0, favor__blk *bk,
-                                  const favor__mods *md, float *mb)
+                                  const favor__mods *md, float *mb, const favor__ahead *ahead)
 {
     const size_t BQ = FAVOR__BQ;
     size_t j, r, ldm = 0;
@@ -4425,14 +4427,21 @@ static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, f
         if (bk->nq < BQ) /* the lanes past the rows: 0, as the products are */
             for (j = 0; j < nb; ++j) memset(St + j * BQ + bk->nq, 0, (BQ - bk->nq) * sizeof(float));
     }
-    if (M) { /* the products a slice at a time, the next stage's rows prefetched between */
+    if (M || ahead) { /* the products a slice at a time, rows prefetched between */
         size_t tiles = (bk->st1 - bk->st0 + FAVOR__BK - 1) / FAVOR__BK;
         size_t slices = (nb + FAVOR__MSLICE - 1) / FAVOR__MSLICE;
-        size_t rows = ((bk->nq + tiles - 1) / tiles + slices - 1) / slices;
+        size_t rows = M ? ((bk->nq + tiles - 1) / tiles + slices - 1) / slices : 0;
         for (j = 0; j < nb; j += FAVOR__MSLICE) {
             size_t mr = nb - j < FAVOR__MSLICE ? nb - j : FAVOR__MSLICE;
             favor__gemm(mr, BQ, d, K + j * ldk, ldk, 1, Qt, BQ, St + j * BQ, BQ, first);
-            favor__mask_ahead(md, bk, rows);
+            if (M) favor__mask_ahead(md, bk, rows);
+            if (ahead) {
+                size_t a0 = j * ahead->rows / nb, a1 = (j + mr) * ahead->rows / nb;
+                favor__prefetch((const char *)ahead->a + a0 * ahead->lda, a1 - a0, ahead->lda,
+                                ahead->a_bytes, 1);
+                favor__prefetch((const char *)ahead->b + a0 * ahead->ldb, a1 - a0, ahead->ldb,
+                                ahead->b_bytes, 1);
+            }
         }
     } else favor__gemm(nb, BQ, d, K, ldk, 1, Qt, BQ, St, BQ, 0);
     if (md->cap > 0.0f)
@@ -4513,8 +4522,13 @@ static size_t favor__softmax_floats(const favor_tensor *q, const favor_tensor *k
  * block reads, (end - beg) (d + d_v) 4 bytes, pass FAVOR__PF_MIN: below that
  * they stay in a core's L2 from block to block and the prefetches cost 1-3%
  * (Zen 3, d = 64 and 128 at n = 1024). At n = 4096 and 8192, d = 128, they
- * took the non-causal call to 0.81-0.89 of its time (Zen 3). A 16-bit tile is widened
- * row after row, a sequential read, and is not prefetched. */
+ * took the non-causal call to 0.81-0.89 of its time (Zen 3), issued all at once
+ * before the tile's products. On the Xeon of model 207 the calls without them
+ * took 0.90-0.98 of that time (one thread, d = 64 and 128, n = 4096 and 8192):
+ * the prefetches go a share after each slice of the scores' products instead
+ * (favor__softmax_scores), the calls 0.95-1.0x the time of all at once there
+ * (not yet measured on AMD). A 16-bit tile is widened row after row, a
+ * sequential read, and is not prefetched. */
 #define FAVOR__PF_MIN ((size_t)1 << 20)
 
 /* query rows [i0, i0 + BQ) of head h: the key tiles they see */
@@ -4532,9 +4546,14 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
     size_t j0, r, ldq, ldk, ldv, ldo;
     int ahead;
     favor__blk bk;
+    favor__ahead pf; /* the next tile's K and V rows (fp32) */
     favor__blk_make(&bk, &x->md, n, nk, i0, h);
     ahead = x->k->dtype == FAVOR_F32 && x->v->dtype == FAVOR_F32 &&
             (bk.end - bk.beg) * (d + dv) > FAVOR__PF_MIN / sizeof(float);
+    pf.lda = x->k->row_stride * sizeof(float);
+    pf.ldb = x->v->row_stride * sizeof(float);
+    pf.a_bytes = x->k->cols * sizeof(float);
+    pf.b_bytes = x->v->cols * sizeof(float);
     Q = favor__in(x->q, h, i0, bk.nq, Qb, &ldq);
     favor__softmax_qt(Q, ldq, bk.nq, d, x->s, Qt);
     for (r = 0; r < BQ; ++r) {
@@ -4549,11 +4568,12 @@ static void favor__softmax_block(const favor__sm *x, size_t h, size_t i0, float 
         K = favor__in(x->k, g, j0, nb, Kb, &ldk);
         V = favor__in(x->v, g, j0, nb, Vb, &ldv);
         if (ahead && bk.end - j0 > FAVOR__BK) { /* the next tile's rows, into L2 */
-            size_t n1 = bk.end - j0 - FAVOR__BK < FAVOR__BK ? bk.end - j0 - FAVOR__BK : FAVOR__BK;
-            favor__prefetch_rows(x->k, g, j0 + FAVOR__BK, n1, 1);
-            favor__prefetch_rows(x->v, g, j0 + FAVOR__BK, n1, 1);
-        }
-        favor__softmax_scores(K, ldk, Qt, St, NULL, nb, d, j0, &bk, &x->md, mb);
+            pf.rows = bk.end - j0 - FAVOR__BK < FAVOR__BK ? bk.end - j0 - FAVOR__BK : FAVOR__BK;
+            pf.a = favor__at(x->k, g, j0 + FAVOR__BK);
+            pf.b = favor__at(x->v, g, j0 + FAVOR__BK);
+        } else pf.rows = 0;
+        favor__softmax_scores(K, ldk, Qt, St, NULL, nb, d, j0, &bk, &x->md, mb,
+                              pf.rows ? &pf : NULL);
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
         for (r = 0; r < bk.nq; ++r)
             if (alpha[r] != 1.0f) favor__scal(O + r * ldo, alpha[r], dv);
@@ -7409,7 +7429,7 @@ static void favor__softmax_bwd_lse(const float *Qt, const float *K, size_t ldk, 
     for (j0 = bk->beg; j0 < bk->end; j0 += FAVOR__BK) {
         size_t nb = bk->end - j0 < FAVOR__BK ? bk->end - j0 : FAVOR__BK;
         if (!favor__tile_live(bk, j0, nb)) continue;
-        favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, NULL, nb, d, j0, bk, md, mb);
+        favor__softmax_scores(K + j0 * ldk, ldk, Qt, St, NULL, nb, d, j0, bk, md, mb, NULL);
         favor__softmax_stats(St, nb, m, l, alpha, mc, tmp);
     }
     for (r = 0; r < bk->nq; ++r) L[r] = favor__row_end(m[r], l[r], sink, &f);
@@ -7505,7 +7525,7 @@ static void favor__softmax_bwd_keys(const float *Q, size_t ldq, const float *K, 
     for (j0 = kb0 > bk.beg ? kb0 : bk.beg; j0 < kend; j0 += BK) {
         size_t j, nb = kend - j0 < BK ? kend - j0 : BK, nq = bk.nq;
         if (!favor__tile_live(&bk, j0, nb)) continue;
-        favor__softmax_scores(K + j0 * ldk, ldk, ws, St, Tt, nb, d, j0, &bk, md, mb);
+        favor__softmax_scores(K + j0 * ldk, ldk, ws, St, Tt, nb, d, j0, &bk, md, mb, NULL);
         for (j = 0; j < nb; ++j) favor__exp_sub(St + j * BQ, L, BQ); /* P^T */
         favor__gemm(nb, BQ, dv, V + j0 * ldv, ldv, 1, Gt, BQ, dPt, BQ, 0);
         for (j = 0; j < nb; ++j) favor__dsoftmax(dPt + j * BQ, St + j * BQ, D, s, BQ);
