@@ -2330,6 +2330,15 @@ typedef struct {
     size_t lda, ldb, a_bytes, b_bytes, rows;
 } favor__ahead;
 
+/* rows [a0, a1) of both streams of `ahead` (favor__prefetch; far: into L2) */
+FAVOR__INLINE void favor__ahead_rows(const favor__ahead *ahead, size_t a0, size_t a1, int far)
+{
+    favor__prefetch((const char *)ahead->a + a0 * ahead->lda, a1 - a0, ahead->lda,
+                    ahead->a_bytes, far);
+    favor__prefetch((const char *)ahead->b + a0 * ahead->ldb, a1 - a0, ahead->ldb,
+                    ahead->b_bytes, far);
+}
+
 /* C[c] += p V[c] for c < dv: one key's term of a row of P V, V of type t (an
  * element's terms go in key order, one FMA each, as favor__gemm adds them) */
 #define FAVOR__DEFINE_PV_KEY(T, E, LOAD, SLOAD)                                                  \
@@ -2428,10 +2437,7 @@ static void favor__pv_key_call(const favor__pvrow *pv, size_t j) { favor__pv_key
                 if (ahead) { /* this group's share of the rows ahead */                          \
                     size_t a0 = j * ahead->rows / nb, a1 = (j + FAVOR__W) * ahead->rows / nb;    \
                     if (a1 > ahead->rows) a1 = ahead->rows;                                      \
-                    favor__prefetch((const char *)ahead->a + a0 * ahead->lda, a1 - a0,           \
-                                    ahead->lda, ahead->a_bytes, 0);                              \
-                    favor__prefetch((const char *)ahead->b + a0 * ahead->ldb, a1 - a0,           \
-                                    ahead->ldb, ahead->b_bytes, 0);                              \
+                    favor__ahead_rows(ahead, a0, a1, 0);                                         \
                 }                                                                                \
                 if (SIDE) { /* in cache: the W rows side by side */                              \
                     FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u) acc[u] = favor__v_set1(0.0f);  \
@@ -2570,10 +2576,7 @@ FAVOR__DEFINE_DOTS(favor__dots_side, , float, favor__v_load, favor__s_from_f32, 
             if (ahead) { /* this group's share: rows [j step, (j + KT) step) / 2^16 */          \
                 size_t a0 = (j * step) >> 16, a1 = ((j + KT) * step) >> 16;                      \
                 if (a1 > ahead->rows) a1 = ahead->rows;                                          \
-                favor__prefetch((const char *)ahead->a + a0 * ahead->lda, a1 - a0, ahead->lda,   \
-                                ahead->a_bytes, 0);                                              \
-                favor__prefetch((const char *)ahead->b + a0 * ahead->ldb, a1 - a0, ahead->ldb,   \
-                                ahead->b_bytes, 0);                                              \
+                favor__ahead_rows(ahead, a0, a1, 0);                                             \
             }                                                                                    \
             FAVOR__UNROLL for (u = 0; u < FAVOR__W; ++u) acc[u] = favor__v_set1(0.0f);          \
             if (whole)                                                                           \
@@ -4437,10 +4440,7 @@ static void favor__softmax_scores(const float *K, size_t ldk, const float *Qt, f
             if (M) favor__mask_ahead(md, bk, rows);
             if (ahead) {
                 size_t a0 = j * ahead->rows / nb, a1 = (j + mr) * ahead->rows / nb;
-                favor__prefetch((const char *)ahead->a + a0 * ahead->lda, a1 - a0, ahead->lda,
-                                ahead->a_bytes, 1);
-                favor__prefetch((const char *)ahead->b + a0 * ahead->ldb, a1 - a0, ahead->ldb,
-                                ahead->b_bytes, 1);
+                favor__ahead_rows(ahead, a0, a1, 1);
             }
         }
     } else favor__gemm(nb, BQ, d, K, ldk, 1, Qt, BQ, St, BQ, 0);
@@ -4781,10 +4781,7 @@ static void favor__decode_lanes(const favor__dec *x, size_t j0, size_t nb, const
         size_t m = nb - j < slice ? nb - j : slice, a0 = j * ahead->rows / nb,
                a1 = (j + m) * ahead->rows / nb;
         favor__gemm(m, R, x->d, K + j * ldk, ldk, 1, Qt, R, St + j * R, R, 0);
-        favor__prefetch((const char *)ahead->a + a0 * ahead->lda, a1 - a0, ahead->lda,
-                        ahead->a_bytes, 1);
-        favor__prefetch((const char *)ahead->b + a0 * ahead->ldb, a1 - a0, ahead->ldb,
-                        ahead->b_bytes, 1);
+        favor__ahead_rows(ahead, a0, a1, 1);
     }
     if (x->md.cap > 0.0f)
         for (j = 0; j < nb; ++j) favor__softcap(St + j * R, NULL, x->md.cap, R);
@@ -9517,6 +9514,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
     X(favor_status, favor_linear_step_ex, (const favor_features *f, favor_state *st, const favor_tensor *q, const favor_tensor *k, const favor_tensor *v, const favor_tensor *out, const favor_options *opts), (f, st, q, k, v, out, opts))
 #define favor__add_ok FAVOR__N(favor__add_ok)
 #define favor__ahead FAVOR__N(favor__ahead)
+#define favor__ahead_rows FAVOR__N(favor__ahead_rows)
 #define favor__alibi FAVOR__N(favor__alibi)
 #define favor__align FAVOR__N(favor__align)
 #define favor__any16 FAVOR__N(favor__any16)
@@ -10043,6 +10041,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #if defined(FAVOR__PART) && FAVOR__PART == 5
 #undef favor__add_ok
 #undef favor__ahead
+#undef favor__ahead_rows
 #undef favor__alibi
 #undef favor__align
 #undef favor__any16
