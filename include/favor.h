@@ -5413,17 +5413,39 @@ static size_t favor__softmax_floats_all(const favor_tensor *q, const favor_tenso
     return most;
 }
 
-/* One sequence of a softmax call (x planned by favor__softmax_plan) */
+/* Decode work items [i0, i1) of x (a key/value head's block each), then its
+ * merges [m0, m1) (a row of a key/value head each), on one thread's workspace */
+static void favor__decode_items(const favor__dec *x, long i0, long i1, float *ws)
+{
+    long b;
+    for (b = i0; b < i1; ++b)
+        favor__decode_block(x, (size_t)b / x->nblk, (size_t)b % x->nblk, ws);
+}
+static void favor__decode_merges(const favor__dec *x, long m0, long m1, float *ws)
+{
+    long it;
+    for (it = m0; it < m1; ++it) favor__decode_merge(x, (size_t)it / x->R, (size_t)it % x->R, ws);
+}
+
+/* One sequence of a softmax call (x planned by favor__softmax_plan). A decode
+ * call on one thread enters no OpenMP region: a region ends in a barrier even
+ * for one thread, and libgomp's barrier is a futex system call (one row, 64
+ * keys of one head, Zen 5 VM: 7.4 us a call in a region, 0.5 us without; the
+ * loops' constructs alone, orphaned, cost clang's libomp about 1 us). */
 static void favor__softmax_run(favor__sm *x, size_t hq, size_t hkv, float *ws, size_t slice,
                                size_t at, int dec, size_t nt)
 {
     long it, items, run, runs;
     size_t blocks = (x->n + FAVOR__BQ - 1) / FAVOR__BQ;
-    (void)nt;
     if (dec) {
         x->part = ws + at;
         items = (long)(hkv * x->nblk);
         runs = items < 8 * (long)nt ? items : 8 * (long)nt;
+        if (nt <= 1) {
+            favor__decode_items(x, 0, items, ws);
+            favor__decode_merges(x, 0, (long)(hkv * x->R), ws);
+            return;
+        }
 #ifdef _OPENMP
 #pragma omp parallel num_threads((int)nt)
 #endif
@@ -5441,23 +5463,24 @@ static void favor__softmax_run(favor__sm *x, size_t hq, size_t hkv, float *ws, s
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-            for (run = 0; run < runs; ++run) {
-                long b; /* declared here: private to the thread */
-                for (b = run * items / runs; b < (run + 1) * items / runs; ++b)
-                    favor__decode_block(x, (size_t)b / x->nblk, (size_t)b % x->nblk,
-                                        ws + FAVOR__TID() * slice);
-            }
+            for (run = 0; run < runs; ++run)
+                favor__decode_items(x, run * items / runs, (run + 1) * items / runs,
+                                    ws + FAVOR__TID() * slice);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
             for (it = 0; it < (long)(hkv * x->R); ++it)
-                favor__decode_merge(x, (size_t)it / x->R, (size_t)it % x->R,
-                                    ws + FAVOR__TID() * slice);
+                favor__decode_merges(x, it, it + 1, ws + FAVOR__TID() * slice);
         }
         return;
     }
     items = (long)(hq * blocks);
     if (x->md.mask) favor__mask_maps(&x->md, x->n, x->nk, ws + at, ws, slice, nt);
+    if (nt <= 1) {
+        for (it = 0; it < items; ++it)
+            favor__softmax_block(x, (size_t)it / blocks, ((size_t)it % blocks) * FAVOR__BQ, ws);
+        return;
+    }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
 #endif
@@ -5498,7 +5521,56 @@ static size_t favor__seq_items(const favor_options *opts, size_t seq, size_t n, 
  * blocks of all sequences with no barrier between sequences, and each block
  * gives the bits of a call on its sequence alone. Each thread keeps a cursor:
  * the sequence of its last item and that sequence's first item (a dynamic
- * schedule hands a thread increasing items; a smaller one restarts the scan). */
+ * schedule hands a thread increasing items; a smaller one restarts the scan).
+ * On one thread the items run in order with no OpenMP region, as the decode's
+ * do (favor__softmax_run). */
+typedef struct {
+    const favor_tensor *q, *k, *v, *out;
+    const favor_options *opts;
+    float s;
+    size_t hq, nt;
+} favor__items;
+
+typedef struct {
+    favor__seqv sv;
+    favor__sm x;
+    size_t cur, first, here, slice, at, blocks;
+    int made;
+} favor__cursor;
+
+static void favor__cursor_start(const favor__items *c, favor__cursor *u)
+{
+    u->cur = u->first = 0;
+    u->here = favor__seq_items(c->opts, 0, c->q->rows, c->k->rows, c->hq);
+    u->slice = u->at = 0;
+    u->blocks = 1;
+    u->made = 0;
+}
+
+/* items [i0, i1) on the thread tid, whose cursor is u */
+static void favor__items_run(const favor__items *c, favor__cursor *u, size_t i0, size_t i1,
+                             float *ws, size_t tid)
+{
+    size_t i, j;
+    for (i = i0; i < i1; ++i) {
+        if (i < u->first) favor__cursor_start(c, u); /* restart the scan */
+        while (i >= u->first + u->here) {
+            u->first += u->here;
+            u->here = favor__seq_items(c->opts, ++u->cur, c->q->rows, c->k->rows, c->hq);
+            u->made = 0;
+        }
+        if (!u->made) {
+            (void)favor__softmax_seq(&u->x, &u->sv, c->q, c->k, c->v, c->out, c->opts, u->cur,
+                                     c->s, c->nt, &u->slice, &u->at);
+            u->blocks = (u->x.n + FAVOR__BQ - 1) / FAVOR__BQ;
+            u->made = 1;
+        }
+        j = i - u->first;
+        favor__softmax_block(&u->x, j / u->blocks, (j % u->blocks) * FAVOR__BQ,
+                             ws + tid * u->slice);
+    }
+}
+
 static void favor__softmax_items(const favor_tensor *q, const favor_tensor *k,
                                  const favor_tensor *v, const favor_tensor *out,
                                  const favor_options *opts, float s, size_t hq, float *ws,
@@ -5506,41 +5578,35 @@ static void favor__softmax_items(const favor_tensor *q, const favor_tensor *k,
 {
     size_t seq, all = 0, ns = favor__nseq(opts);
     long it, items;
+    favor__items c;
     for (seq = 0; seq < ns; ++seq) all += favor__seq_items(opts, seq, q->rows, k->rows, hq);
     items = (long)all;
+    if (!items) return; /* all on the decode path */
+    c.q = q;
+    c.k = k;
+    c.v = v;
+    c.out = out;
+    c.opts = opts;
+    c.s = s;
+    c.hq = hq;
+    c.nt = nt;
+    if (nt <= 1) {
+        favor__cursor u;
+        favor__cursor_start(&c, &u);
+        favor__items_run(&c, &u, 0, all, ws, 0);
+        return;
+    }
 #ifdef _OPENMP
 #pragma omp parallel num_threads((int)nt)
 #endif
     {
-        favor__seqv sv;
-        favor__sm x;
-        size_t cur = 0, first = 0, here = favor__seq_items(opts, 0, q->rows, k->rows, hq);
-        size_t slice = 0, at = 0, blocks = 1;
-        int made = 0;
+        favor__cursor u;
+        favor__cursor_start(&c, &u);
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (it = 0; it < items; ++it) {
-            size_t i = (size_t)it, j;
-            if (i < first) { /* restart the scan */
-                cur = first = 0;
-                here = favor__seq_items(opts, 0, q->rows, k->rows, hq);
-                made = 0;
-            }
-            while (i >= first + here) {
-                first += here;
-                here = favor__seq_items(opts, ++cur, q->rows, k->rows, hq);
-                made = 0;
-            }
-            if (!made) {
-                (void)favor__softmax_seq(&x, &sv, q, k, v, out, opts, cur, s, nt, &slice, &at);
-                blocks = (x.n + FAVOR__BQ - 1) / FAVOR__BQ;
-                made = 1;
-            }
-            j = i - first;
-            favor__softmax_block(&x, j / blocks, (j % blocks) * FAVOR__BQ,
-                                 ws + FAVOR__TID() * slice);
-        }
+        for (it = 0; it < items; ++it)
+            favor__items_run(&c, &u, (size_t)it, (size_t)it + 1, ws, FAVOR__TID());
     }
 }
 
@@ -9586,14 +9652,18 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__cols_in FAVOR__N(favor__cols_in)
 #define favor__cols_max FAVOR__N(favor__cols_max)
 #define favor__cols_out FAVOR__N(favor__cols_out)
+#define favor__cursor FAVOR__N(favor__cursor)
+#define favor__cursor_start FAVOR__N(favor__cursor_start)
 #define favor__dec FAVOR__N(favor__dec)
 #define favor__dec_lanes FAVOR__N(favor__dec_lanes)
 #define favor__dec_lanes_room FAVOR__N(favor__dec_lanes_room)
 #define favor__decode_block FAVOR__N(favor__decode_block)
 #define favor__decode_floats FAVOR__N(favor__decode_floats)
+#define favor__decode_items FAVOR__N(favor__decode_items)
 #define favor__decode_lanes FAVOR__N(favor__decode_lanes)
 #define favor__decode_mask FAVOR__N(favor__decode_mask)
 #define favor__decode_merge FAVOR__N(favor__decode_merge)
+#define favor__decode_merges FAVOR__N(favor__decode_merges)
 #define favor__decode_plan FAVOR__N(favor__decode_plan)
 #define favor__decode_pv FAVOR__N(favor__decode_pv)
 #define favor__den_eff FAVOR__N(favor__den_eff)
@@ -9637,6 +9707,8 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__in FAVOR__N(favor__in)
 #define favor__input_range FAVOR__N(favor__input_range)
 #define favor__io_floats FAVOR__N(favor__io_floats)
+#define favor__items FAVOR__N(favor__items)
+#define favor__items_run FAVOR__N(favor__items_run)
 #define favor__kahan_add FAVOR__N(favor__kahan_add)
 #define favor__kahan_add_sc FAVOR__N(favor__kahan_add_sc)
 #define favor__kahan_axpy FAVOR__N(favor__kahan_axpy)
@@ -10113,14 +10185,18 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__cols_in
 #undef favor__cols_max
 #undef favor__cols_out
+#undef favor__cursor
+#undef favor__cursor_start
 #undef favor__dec
 #undef favor__dec_lanes
 #undef favor__dec_lanes_room
 #undef favor__decode_block
 #undef favor__decode_floats
+#undef favor__decode_items
 #undef favor__decode_lanes
 #undef favor__decode_mask
 #undef favor__decode_merge
+#undef favor__decode_merges
 #undef favor__decode_plan
 #undef favor__decode_pv
 #undef favor__den_eff
@@ -10164,6 +10240,8 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__in
 #undef favor__input_range
 #undef favor__io_floats
+#undef favor__items
+#undef favor__items_run
 #undef favor__kahan_add
 #undef favor__kahan_add_sc
 #undef favor__kahan_axpy
