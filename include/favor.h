@@ -3675,6 +3675,40 @@ static void favor__ws_put(void *owned)
 #else
 #define FAVOR__TID() ((size_t)0)
 #endif
+/* for (it = 0; it < n; ++it) CALL, the items dealt one at a time to the nt
+ * threads (a variable of that name at each use), CALL on the thread tid_ (of
+ * this region: its slice of the workspace). On one thread a plain loop, tid_
+ * 0: a call on one thread enters no OpenMP region, since a region ends in a
+ * barrier even for one thread, and libgomp's barrier is a futex system call
+ * (one decode row, 64 keys of one head, Zen 5 VM: 7.4 us a call in a region,
+ * 0.5 us without; orphaned, the loop constructs alone cost clang's libomp
+ * about 1 us). Outside a region of this call omp_get_thread_num() is the
+ * caller's thread's, not 0: such code takes tid_ or 0, never FAVOR__TID(). */
+#ifdef _OPENMP
+#define FAVOR__PAR_FOR(it, n, CALL)                                                              \
+    do {                                                                                         \
+        if (nt > 1) {                                                                            \
+            _Pragma("omp parallel for num_threads((int)nt) schedule(dynamic, 1)")                \
+            for (it = 0; it < (n); ++it) {                                                       \
+                const size_t tid_ = FAVOR__TID();                                                \
+                CALL;                                                                            \
+            }                                                                                    \
+        } else                                                                                   \
+            for (it = 0; it < (n); ++it) {                                                       \
+                const size_t tid_ = 0;                                                           \
+                CALL;                                                                            \
+            }                                                                                    \
+    } while (0)
+#else
+#define FAVOR__PAR_FOR(it, n, CALL)                                                              \
+    do {                                                                                         \
+        (void)nt;                                                                                \
+        for (it = 0; it < (n); ++it) {                                                           \
+            const size_t tid_ = 0;                                                               \
+            CALL;                                                                                \
+        }                                                                                        \
+    } while (0)
+#endif
 
 static size_t favor__nthreads(const favor_options *o)
 {
@@ -4377,12 +4411,9 @@ static void favor__mask_maps(favor__mods *md, size_t n, size_t nk, float *map, f
     md->map_blocks = (n + FAVOR__BQ - 1) / FAVOR__BQ;
     md->map_tiles = (nk + FAVOR__BK - 1) / FAVOR__BK;
     md->map = NULL; /* favor__mask_map reads the mask, not the map */
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
-#endif
-    for (it = 0; it < (long)(favor__nheads(md->mask) * md->map_blocks); ++it)
-        favor__mask_map(md, n, nk, (size_t)it, (unsigned char *)map, ws + FAVOR__TID() * slice);
+    FAVOR__PAR_FOR(it, (long)(favor__nheads(md->mask) * md->map_blocks),
+                   favor__mask_map(md, n, nk, (size_t)it, (unsigned char *)map,
+                                   ws + tid_ * slice));
     md->map = (const unsigned char *)map;
 }
 
@@ -5476,17 +5507,9 @@ static void favor__softmax_run(favor__sm *x, size_t hq, size_t hkv, float *ws, s
     }
     items = (long)(hq * blocks);
     if (x->md.mask) favor__mask_maps(&x->md, x->n, x->nk, ws + at, ws, slice, nt);
-    if (nt <= 1) {
-        for (it = 0; it < items; ++it)
-            favor__softmax_block(x, (size_t)it / blocks, ((size_t)it % blocks) * FAVOR__BQ, ws);
-        return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
-#endif
-    for (it = 0; it < items; ++it)
-        favor__softmax_block(x, (size_t)it / blocks, ((size_t)it % blocks) * FAVOR__BQ,
-                             ws + FAVOR__TID() * slice);
+    FAVOR__PAR_FOR(it, items,
+                   favor__softmax_block(x, (size_t)it / blocks, ((size_t)it % blocks) * FAVOR__BQ,
+                                        ws + tid_ * slice));
 }
 
 /* Sequence seq of a softmax call: its views sv and its call x (planned, with
@@ -6863,12 +6886,9 @@ FAVOR__DEF favor_status favor_linear_attention(const favor_features *f, const fa
             favor__linear_split(&mp, &sv.q, &sv.k, &sv.v, &sv.o, &ss, causal, &sp, ws + at, ws,
                                 slice, io, nt);
         } else {
-#ifdef _OPENMP
-#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
-#endif
-            for (g = 0; g < (long)sh.hkv; ++g)
-                favor__linear_kvhead(&mp, &sv.q, &sv.k, &sv.v, &sv.o, &ss, causal, (size_t)g,
-                                     ws + FAVOR__TID() * slice, io);
+            FAVOR__PAR_FOR(g, (long)sh.hkv,
+                           favor__linear_kvhead(&mp, &sv.q, &sv.k, &sv.v, &sv.o, &ss, causal,
+                                                (size_t)g, ws + tid_ * slice, io));
         }
     }
     favor__ws_put(owned);
@@ -7171,14 +7191,18 @@ static favor_status favor__check_extend(const favor_features *f, const favor_sta
     return FAVOR_OK;
 }
 
-/* the causal recurrence of key/value head g of st (and its query heads), with
- * chunk buffers cb and row buffers at io */
+/* the causal recurrence of key/value head g of st (and its query heads), on a
+ * thread's workspace `mine`: the chunk buffers, then the row buffers at io */
 static void favor__extend_head(const favor__map *mp, favor_state *st, const favor_tensor *q,
                                const favor_tensor *k, const favor_tensor *v,
-                               const favor_tensor *out, size_t g, favor__chunk *cb, float *io)
+                               const favor_tensor *out, size_t g, float *mine, size_t io_at)
 {
     size_t grp = favor__nheads(q) / st->heads, w = st->width;
+    float *io = mine + io_at;
+    favor__chunk chunk, *cb = &chunk;
     favor__qgroup qg;
+    favor__chunk_carve(cb, mine, FAVOR__CHUNK, w);
+    cb->tile = mine + favor__chunk_floats(FAVOR__CHUNK, w);
     qg.q = q;
     qg.o = out;
     qg.k = k;
@@ -7303,16 +7327,9 @@ FAVOR__DEF favor_status favor_linear_extend(const favor_features *f, favor_state
     if (split) {
         favor__extend_split(&mp, st, q, k, v, out, &sh, &sp, ws + at, ws, slice, io, nt);
     } else {
-#ifdef _OPENMP
-#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
-#endif
-        for (g = 0; g < (long)st->heads; ++g) {
-            favor__chunk cb;
-            float *mine = ws + FAVOR__TID() * slice;
-            favor__chunk_carve(&cb, mine, FAVOR__CHUNK, st->width);
-            cb.tile = mine + favor__chunk_floats(FAVOR__CHUNK, st->width);
-            favor__extend_head(&mp, st, q, k, v, out, (size_t)g, &cb, mine + io);
-        }
+        FAVOR__PAR_FOR(g, (long)st->heads,
+                       favor__extend_head(&mp, st, q, k, v, out, (size_t)g,
+                                          ws + tid_ * slice, io));
     }
     st->c[st->heads] = 0.0f; /* every head folded what was pending */
     st->tokens += sh.n;
@@ -7983,12 +8000,10 @@ FAVOR__DEF favor_status favor_softmax_attention_backward(
             favor__softmax_bwd_split_run(&sv.q, &sv.k, &sv.v, &sv.o, &gv.o, &gv.q, &gv.k, &gv.v,
                                          &bp, ws, slice, ws + stage_at, stg, ws + part_at, nt);
         } else {
-#ifdef _OPENMP
-#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
-#endif
-            for (g = 0; g < (long)sh.hkv; ++g)
-                favor__softmax_bwd_head(&sv.q, &sv.k, &sv.v, &sv.o, &gv.o, &gv.q, &gv.k, &gv.v,
-                                        &bp, (size_t)g, ws + FAVOR__TID() * slice);
+            FAVOR__PAR_FOR(g, (long)sh.hkv,
+                           favor__softmax_bwd_head(&sv.q, &sv.k, &sv.v, &sv.o, &gv.o, &gv.q,
+                                                   &gv.k, &gv.v, &bp, (size_t)g,
+                                                   ws + tid_ * slice));
         }
     }
     if (bp.dsink) { /* dL/dsink_h: the sums of its heads, batch element by element */
@@ -10041,6 +10056,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__MSTAGE
 #undef FAVOR__NREG
 #undef FAVOR__NV1
+#undef FAVOR__PAR_FOR
 #undef FAVOR__PEND
 #undef FAVOR__PF_MIN
 #undef FAVOR__POLY2_MAXD

@@ -18,6 +18,11 @@
 
 #ifdef _OPENMP
 #include <omp.h>
+#define FAVOR__TEST_TID() omp_get_thread_num()
+#define FAVOR__TEST_NUM() omp_get_num_threads()
+#else
+#define FAVOR__TEST_TID() 0
+#define FAVOR__TEST_NUM() 1
 #endif
 
 #define D 32
@@ -158,11 +163,121 @@ static void test_workspace_scales_with_threads_not_n(void **state)
     free(w);
 }
 
+/* A call with threads = 1 from inside the caller's own OpenMP region, on each
+ * of its threads: there omp_get_thread_num() is the caller's thread, not 0,
+ * and a call on one thread runs its loops with no region of its own, so each
+ * must use its workspace's first slice. Each call gets exactly the workspace it
+ * asks for, followed by guard bytes that must stay as they were, and must give
+ * the bits of the same call outside the region: the decode (one query row),
+ * the prefill with and without a mask, linear attention, extend and the
+ * softmax backward. */
+#define GUARD 4096
+#define JOBS 6
+static int guarded_job(int j, const float *q, const float *k, const float *v, const float *g,
+                       const float *mask, float *out)
+{
+    const size_t H = 4, HKV = 2, N = 300;
+    favor_tensor Q = favor_tensor_packed((float *)q, H, N, D),
+                 K = favor_tensor_packed((float *)k, HKV, N, D),
+                 V = favor_tensor_packed((float *)v, HKV, N, DV),
+                 O = favor_tensor_packed(out, H, N, DV), G = favor_tensor_packed((float *)g, H, N, DV),
+                 Mk = favor_tensor_packed((float *)mask, 1, N, N);
+    favor_options o = favor_default_options();
+    favor_features f;
+    favor_state st;
+    float *fw = NULL, *sto = NULL;
+    size_t bytes = 0, i;
+    unsigned char *ws;
+    int bad = 0;
+    o.threads = 1;
+    o.flags = FAVOR_CAUSAL;
+    if (j == 0) Q.rows = O.rows = 1; /* decode */
+    if (j == 2) o.mask = &Mk;
+    if (j >= 3) {
+        fw = (float *)malloc(favor_features_floats(FAVOR_POSITIVE, D, M) * sizeof *fw);
+        if (!fw || favor_features_init(&f, FAVOR_POSITIVE, D, M, 0, 5, fw) != FAVOR_OK) return 1;
+    }
+    if (j == 4) {
+        sto = (float *)malloc(favor_state_floats(&f, HKV, DV) * sizeof *sto);
+        if (!sto || favor_state_init(&st, &f, HKV, DV, sto) != FAVOR_OK) return 1;
+    }
+    bytes = j <= 2 ? favor_softmax_attention_workspace(&Q, &K, &V, &o)
+          : j == 3 ? favor_linear_attention_workspace(&f, &Q, &K, &V, &o)
+          : j == 4 ? favor_linear_extend_workspace(&f, &st, &Q, &K, &V, &o)
+                   : favor_softmax_attention_backward_workspace(&Q, &K, &V, &o);
+    if (!bytes || !(ws = (unsigned char *)malloc(bytes + GUARD))) return 1;
+    memset(ws + bytes, 0xa5, GUARD);
+    o.workspace = ws;
+    o.workspace_size = bytes;
+    if (j <= 2) bad = favor_softmax_attention(&Q, &K, &V, &O, &o) != FAVOR_OK;
+    else if (j == 3) bad = favor_linear_attention(&f, &Q, &K, &V, &O, &o) != FAVOR_OK;
+    else if (j == 4) bad = favor_linear_extend(&f, &st, &Q, &K, &V, &O, &o) != FAVOR_OK;
+    else { /* dq, dk, dv after the forward's output (O's rows hold it) */
+        favor_tensor F = favor_tensor_packed(out + H * N * DV, H, N, DV);
+        favor_tensor dQ = favor_tensor_packed(out + 2 * H * N * DV, H, N, D);
+        favor_tensor dK = favor_tensor_packed(out + 2 * H * N * DV + H * N * D, HKV, N, D);
+        favor_tensor dV = favor_tensor_packed(out + 2 * H * N * DV + (H + HKV) * N * D, HKV, N, DV);
+        favor_options of = o;
+        of.workspace = NULL;
+        of.workspace_size = 0;
+        bad = favor_softmax_attention(&Q, &K, &V, &F, &of) != FAVOR_OK ||
+              favor_softmax_attention_backward(&Q, &K, &V, &F, &G, &dQ, &dK, &dV, &o) != FAVOR_OK;
+    }
+    for (i = 0; i < GUARD; ++i) bad |= ws[bytes + i] != 0xa5;
+    free(ws);
+    free(sto);
+    free(fw);
+    return bad;
+}
+
+static void test_inside_callers_region(void **state)
+{
+    const size_t H = 4, HKV = 2, N = 300;
+    /* out: the forward's and, for the backward, the forward's again, dq, dk, dv */
+    const size_t per = 2 * H * N * DV + (H + HKV) * N * D + HKV * N * DV;
+    tu_rng r = { 77 };
+    float *q = tu_normal_floats(&r, H * N * D, 1.0), *k = tu_normal_floats(&r, HKV * N * D, 1.0);
+    float *v = tu_normal_floats(&r, HKV * N * DV, 1.0), *g = tu_normal_floats(&r, H * N * DV, 1.0);
+    float *mask = tu_normal_floats(&r, N * N, 1.0);
+    float *ref = (float *)calloc(JOBS * per, sizeof *ref);
+    float *got = (float *)calloc(2 * JOBS * per, sizeof *got);
+    int j, ran = 1, fails[2] = { 0, 0 };
+    (void)state;
+    assert_non_null(ref);
+    assert_non_null(got);
+    for (j = 0; j < JOBS; ++j) assert_int_equal(guarded_job(j, q, k, v, g, mask, ref + j * per), 0);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(2)
+#endif
+    {
+        int t = (int)FAVOR__TEST_TID(), jj;
+        if (t == 0) ran = FAVOR__TEST_NUM();
+        for (jj = 0; jj < JOBS; ++jj)
+            fails[t] += guarded_job(jj, q, k, v, g, mask, got + ((size_t)t * JOBS + jj) * per);
+    }
+    assert_int_equal(fails[0], 0);
+    assert_int_equal(fails[1], 0);
+    printf("inside a region of %d threads: %d calls each give the bits of the calls outside\n",
+           ran, JOBS);
+    for (j = 0; j < ran * JOBS; ++j)
+        if (memcmp(got + j * per, ref + (j % JOBS) * per, per * sizeof *ref) != 0)
+            fail_msg("thread %d of the caller's region: call %d differs from outside it",
+                     j / JOBS, j % JOBS);
+    free(q);
+    free(k);
+    free(v);
+    free(g);
+    free(mask);
+    free(ref);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_identical),
         cmocka_unit_test(test_workspace_scales_with_threads_not_n),
+        cmocka_unit_test(test_inside_callers_region),
     };
     if (tu_check_backend()) return 1;
 #ifdef _OPENMP
