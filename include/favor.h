@@ -3684,6 +3684,11 @@ static void favor__ws_put(void *owned)
  * 0.5 us without; orphaned, the loop constructs alone cost clang's libomp
  * about 1 us). Outside a region of this call omp_get_thread_num() is the
  * caller's thread's, not 0: such code takes tid_ or 0, never FAVOR__TID(). */
+#define FAVOR__SEQ_FOR(it, n, CALL) /* the one-thread loop of FAVOR__PAR_FOR */              \
+    for (it = 0; it < (n); ++it) {                                                               \
+        const size_t tid_ = 0;                                                                   \
+        CALL;                                                                                    \
+    }
 #ifdef _OPENMP
 #define FAVOR__PAR_FOR(it, n, CALL)                                                              \
     do {                                                                                         \
@@ -3694,19 +3699,13 @@ static void favor__ws_put(void *owned)
                 CALL;                                                                            \
             }                                                                                    \
         } else                                                                                   \
-            for (it = 0; it < (n); ++it) {                                                       \
-                const size_t tid_ = 0;                                                           \
-                CALL;                                                                            \
-            }                                                                                    \
+            FAVOR__SEQ_FOR(it, n, CALL)                                                          \
     } while (0)
 #else
 #define FAVOR__PAR_FOR(it, n, CALL)                                                              \
     do {                                                                                         \
         (void)nt;                                                                                \
-        for (it = 0; it < (n); ++it) {                                                           \
-            const size_t tid_ = 0;                                                               \
-            CALL;                                                                                \
-        }                                                                                        \
+        FAVOR__SEQ_FOR(it, n, CALL)                                                              \
     } while (0)
 #endif
 
@@ -5459,11 +5458,8 @@ static void favor__decode_merges(const favor__dec *x, long m0, long m1, float *w
     for (it = m0; it < m1; ++it) favor__decode_merge(x, (size_t)it / x->R, (size_t)it % x->R, ws);
 }
 
-/* One sequence of a softmax call (x planned by favor__softmax_plan). A decode
- * call on one thread enters no OpenMP region: a region ends in a barrier even
- * for one thread, and libgomp's barrier is a futex system call (one row, 64
- * keys of one head, Zen 5 VM: 7.4 us a call in a region, 0.5 us without; the
- * loops' constructs alone, orphaned, cost clang's libomp about 1 us). */
+/* One sequence of a softmax call (x planned by favor__softmax_plan). On one
+ * thread the decode enters no OpenMP region, for FAVOR__PAR_FOR's reason. */
 static void favor__softmax_run(favor__sm *x, size_t hq, size_t hkv, float *ws, size_t slice,
                                size_t at, int dec, size_t nt)
 {
@@ -5602,18 +5598,10 @@ static void favor__softmax_items(const favor_tensor *q, const favor_tensor *k,
 {
     size_t seq, all = 0, ns = favor__nseq(opts);
     long it, items;
-    favor__items c;
+    const favor__items c = {q, k, v, out, opts, s, hq, nt};
     for (seq = 0; seq < ns; ++seq) all += favor__seq_items(opts, seq, q->rows, k->rows, hq);
     items = (long)all;
     if (!items) return; /* all on the decode path */
-    c.q = q;
-    c.k = k;
-    c.v = v;
-    c.out = out;
-    c.opts = opts;
-    c.s = s;
-    c.hq = hq;
-    c.nt = nt;
     if (nt <= 1) {
         favor__cursor u;
         favor__cursor_start(&c, &u);
@@ -10076,6 +10064,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__SBP
 #undef FAVOR__SEGMIN
 #undef FAVOR__SEP
+#undef FAVOR__SEQ_FOR
 #undef FAVOR__SPLIT
 #undef FAVOR__TID
 #undef FAVOR__TILE_CASE
