@@ -9325,6 +9325,36 @@ static size_t favor__linear_bwd_call(const favor_features *f, const favor_tensor
                                   &at[0], &at[1], &at[2], &at[3], &at[4]);
 }
 
+/* the gradients of key/value head hk, unsplit (favor__linear_bwd_run): the
+ * kernels on fp32 views of its rows (favor__lbv_make), in the buffers at mine,
+ * the kernels' floats first (kern of them); a: the call's rows and gradients
+ * (a->g: dO), dgv: the gates' gradients or NULL */
+static void favor__linear_bwd_head(const favor__map *mp, const favor__bwd_args *a,
+                                   const favor_tensor *dgv, const favor__shape *sh, int causal,
+                                   int in_ws, size_t kern, size_t hk, float *mine)
+{
+    size_t grp = sh->hq / sh->hkv;
+    favor__lbv l;
+    favor__bwd b;
+    favor__map mh;
+    favor_tensor g1;
+    favor__lbv_make(&l, a->q, a->k, a->v, a->g, a->dq, a->dk, a->dv, grp, hk, 1, mine + kern);
+    favor__head_map(&mh, &g1, mp, hk);
+    favor__bwd_carve(&b, mine, mp->width, sh->dv, grp, in_ws);
+    if (dgv) { /* zeroed, then the sums of 4.12 */
+        size_t t;
+        b.dg = (float *)favor__at(dgv, hk, 0);
+        b.lddg = dgv->row_stride;
+        for (t = 0; t < sh->nk; ++t) b.dg[t * b.lddg] = 0.0f;
+    }
+    if (causal) favor__linear_bwd_causal(&mh, &l.x, sh, 0, &b);
+    else favor__linear_bwd_full(&mh, &l.x, sh, 0, &b);
+    if (b.dg) favor__dg_finish(b.dg, b.lddg, sh->nk);
+    favor__unstage(a->dq, hk * grp, &l.DQ);
+    favor__unstage(a->dk, hk, &l.DK);
+    favor__unstage(a->dv, hk, &l.DV);
+}
+
 /* One sequence of a linear backward (sh: its shape) on ws */
 static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
                                   const favor_tensor *q, const favor_tensor *k,
@@ -9335,6 +9365,7 @@ static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
 {
     size_t slice = 0, at[5], grp = sh->hq / sh->hkv, kern;
     favor__bsplit bs;
+    const favor__bwd_args a = { q, k, v, dout, dq, dk, dv };
     int split = 0, in_ws = causal && favor__stash_in_ws(grp, sh->d, sh->dv);
     long g;
     at[0] = at[1] = at[2] = at[3] = at[4] = 0; /* staging, slots, parts, ... stash */
@@ -9346,44 +9377,9 @@ static void favor__linear_bwd_run(const favor_features *f, const favor__map *mp,
                                 at[4] ? ws + at[4] : NULL, nt);
         return;
     }
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
-#endif
-    for (g = 0; g < (long)sh->hkv; ++g) {
-        /* the kernels run on fp32 views of this key/value head (favor__stage) */
-        size_t hk = (size_t)g;
-        float *mine = ws + FAVOR__TID() * slice, *p = mine + kern;
-        favor_tensor Q = favor__stage(q, hk * grp, grp, 1, &p), G = favor__stage(dout, hk * grp, grp, 1, &p);
-        favor_tensor DQ = favor__stage(dq, hk * grp, grp, 0, &p);
-        favor_tensor K = favor__stage(k, hk, 1, 1, &p), V = favor__stage(v, hk, 1, 1, &p);
-        favor_tensor DK = favor__stage(dk, hk, 1, 0, &p), DV = favor__stage(dv, hk, 1, 0, &p);
-        favor__bwd_args x;
-        favor__bwd b;
-        favor__map mh;
-        favor_tensor g1;
-        favor__head_map(&mh, &g1, mp, hk);
-        x.q = &Q;
-        x.k = &K;
-        x.v = &V;
-        x.g = &G;
-        x.dq = &DQ;
-        x.dk = &DK;
-        x.dv = &DV;
-        favor__bwd_carve(&b, mine, mp->width, sh->dv, grp, in_ws);
-        if (dgv) { /* zeroed, then the sums of 4.12 */
-            size_t t;
-            b.dg = (float *)favor__at(dgv, hk, 0);
-            b.lddg = dgv->row_stride;
-            for (t = 0; t < sh->nk; ++t) b.dg[t * b.lddg] = 0.0f;
-        }
-        if (causal) favor__linear_bwd_causal(&mh, &x, sh, 0, &b);
-        else favor__linear_bwd_full(&mh, &x, sh, 0, &b);
-        if (b.dg) favor__dg_finish(b.dg, b.lddg, sh->nk);
-        favor__unstage(dq, hk * grp, &DQ);
-        favor__unstage(dk, hk, &DK);
-        favor__unstage(dv, hk, &DV);
-    }
+    FAVOR__PAR_FOR(g, (long)sh->hkv,
+                   favor__linear_bwd_head(mp, &a, dgv, sh, causal, in_ws, kern, (size_t)g,
+                                          ws + tid_ * slice));
 }
 
 FAVOR__DEF favor_status favor_linear_attention_backward(
@@ -9735,6 +9731,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__linear_bwd_floats FAVOR__N(favor__linear_bwd_floats)
 #define favor__linear_bwd_floats_all FAVOR__N(favor__linear_bwd_floats_all)
 #define favor__linear_bwd_full FAVOR__N(favor__linear_bwd_full)
+#define favor__linear_bwd_head FAVOR__N(favor__linear_bwd_head)
 #define favor__linear_bwd_plan FAVOR__N(favor__linear_bwd_plan)
 #define favor__linear_bwd_run FAVOR__N(favor__linear_bwd_run)
 #define favor__linear_bwd_split FAVOR__N(favor__linear_bwd_split)
@@ -10270,6 +10267,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__linear_bwd_floats
 #undef favor__linear_bwd_floats_all
 #undef favor__linear_bwd_full
+#undef favor__linear_bwd_head
 #undef favor__linear_bwd_plan
 #undef favor__linear_bwd_run
 #undef favor__linear_bwd_split

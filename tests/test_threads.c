@@ -169,10 +169,11 @@ static void test_workspace_scales_with_threads_not_n(void **state)
  * must use its workspace's first slice. Each call gets exactly the workspace it
  * asks for, followed by guard bytes that must stay as they were, and must give
  * the bits of the same call outside the region: the decode (one query row),
- * the prefill with and without a mask, linear attention, extend and the
- * softmax backward. */
+ * the prefill with and without a mask, linear attention, extend, and the
+ * softmax and linear backward (on these two key/value heads, the linear one
+ * by heads: no segments at 300 keys). */
 #define GUARD 4096
-#define JOBS 6
+#define JOBS 7
 static int guarded_job(int j, const float *q, const float *k, const float *v, const float *g,
                        const float *mask, float *out)
 {
@@ -193,7 +194,7 @@ static int guarded_job(int j, const float *q, const float *k, const float *v, co
     o.flags = FAVOR_CAUSAL;
     if (j == 0) Q.rows = O.rows = 1; /* decode */
     if (j == 2) o.mask = &Mk;
-    if (j >= 3) {
+    if (j >= 3 && j != 5) {
         fw = (float *)malloc(favor_features_floats(FAVOR_POSITIVE, D, M) * sizeof *fw);
         if (!fw || favor_features_init(&f, FAVOR_POSITIVE, D, M, 0, 5, fw) != FAVOR_OK) return 1;
     }
@@ -204,7 +205,8 @@ static int guarded_job(int j, const float *q, const float *k, const float *v, co
     bytes = j <= 2 ? favor_softmax_attention_workspace(&Q, &K, &V, &o)
           : j == 3 ? favor_linear_attention_workspace(&f, &Q, &K, &V, &o)
           : j == 4 ? favor_linear_extend_workspace(&f, &st, &Q, &K, &V, &o)
-                   : favor_softmax_attention_backward_workspace(&Q, &K, &V, &o);
+          : j == 5 ? favor_softmax_attention_backward_workspace(&Q, &K, &V, &o)
+                   : favor_linear_attention_backward_workspace(&f, &Q, &K, &V, &o);
     if (!bytes || !(ws = (unsigned char *)malloc(bytes + GUARD))) return 1;
     memset(ws + bytes, 0xa5, GUARD);
     o.workspace = ws;
@@ -220,8 +222,13 @@ static int guarded_job(int j, const float *q, const float *k, const float *v, co
         favor_options of = o;
         of.workspace = NULL;
         of.workspace_size = 0;
-        bad = favor_softmax_attention(&Q, &K, &V, &F, &of) != FAVOR_OK ||
-              favor_softmax_attention_backward(&Q, &K, &V, &F, &G, &dQ, &dK, &dV, &o) != FAVOR_OK;
+        if (j == 5)
+            bad = favor_softmax_attention(&Q, &K, &V, &F, &of) != FAVOR_OK ||
+                  favor_softmax_attention_backward(&Q, &K, &V, &F, &G, &dQ, &dK, &dV, &o) !=
+                      FAVOR_OK;
+        else /* the linear backward takes no forward output */
+            bad = favor_linear_attention_backward(&f, &Q, &K, &V, &G, &dQ, &dK, &dV, &o) !=
+                  FAVOR_OK;
     }
     for (i = 0; i < GUARD; ++i) bad |= ws[bytes + i] != 0xa5;
     free(ws);
