@@ -3708,6 +3708,58 @@ static void favor__ws_put(void *owned)
         FAVOR__SEQ_FOR(it, n, CALL)                                                              \
     } while (0)
 #endif
+/* CALL on every thread of a region of nt threads (a variable of that name at
+ * each use), with tid_ its thread and team_ 1; on one thread CALL here, with
+ * tid_ 0 and team_ 0 and no region (FAVOR__PAR_FOR's reason). CALL's loops over
+ * items are FAVOR__TEAM_FOR(team_, ...). */
+#ifdef _OPENMP
+#define FAVOR__TEAM(CALL)                                                                        \
+    do {                                                                                         \
+        if (nt > 1) {                                                                            \
+            _Pragma("omp parallel num_threads((int)nt)")                                        \
+            {                                                                                    \
+                const size_t tid_ = FAVOR__TID();                                                \
+                const int team_ = 1;                                                             \
+                CALL;                                                                            \
+            }                                                                                    \
+        } else {                                                                                 \
+            const size_t tid_ = 0;                                                               \
+            const int team_ = 0;                                                                 \
+            CALL;                                                                                \
+        }                                                                                        \
+    } while (0)
+/* for (it = 0; it < n; ++it) CALL: in a region of FAVOR__TEAM (team nonzero)
+ * the items dealt one at a time to its threads, each loop ending in the team's
+ * barrier; with no region (team 0) a plain loop (an orphaned `omp for` would
+ * bind to a caller's region and deal the items among its threads) */
+#define FAVOR__TEAM_FOR(team, it, n, CALL)                                                       \
+    do {                                                                                         \
+        if (team) {                                                                              \
+            _Pragma("omp for schedule(dynamic, 1)")                                             \
+            for (it = 0; it < (n); ++it) {                                                       \
+                CALL;                                                                            \
+            }                                                                                    \
+        } else                                                                                   \
+            for (it = 0; it < (n); ++it) {                                                       \
+                CALL;                                                                            \
+            }                                                                                    \
+    } while (0)
+#else
+#define FAVOR__TEAM(CALL)                                                                        \
+    do {                                                                                         \
+        const size_t tid_ = 0;                                                                   \
+        const int team_ = 0;                                                                     \
+        (void)nt;                                                                                \
+        CALL;                                                                                    \
+    } while (0)
+#define FAVOR__TEAM_FOR(team, it, n, CALL)                                                       \
+    do {                                                                                         \
+        (void)(team);                                                                            \
+        for (it = 0; it < (n); ++it) {                                                           \
+            CALL;                                                                                \
+        }                                                                                        \
+    } while (0)
+#endif
 
 static size_t favor__nthreads(const favor_options *o)
 {
@@ -6727,77 +6779,92 @@ static void favor__slot_load(const float *src, size_t n, float *ws, float *c)
     }
 }
 
-/* step 1 for every head, as the loop of a parallel region (mine: this thread's
- * slice); causal: the last segment's sums are not needed */
-static void favor__split_step1(const favor__map *mp, const favor_tensor *q,
-                               const favor_tensor *k, const favor_tensor *v,
-                               const favor_tensor *out, const favor__shape *sh,
-                               const favor__split *sp, float *slots, float *mine, size_t io,
-                               int causal)
+/* A split linear pass's arguments (slots: the shared array of segment states) */
+typedef struct {
+    const favor__map *mp;
+    const favor_tensor *q, *k, *v, *out;
+    const favor__shape *sh;
+    const favor__split *sp;
+    float *slots;
+    size_t io;
+    int causal;
+} favor__lpass;
+
+/* step 1's item it (key/value head it / parts, segment it % parts): its segment's
+ * sums into its slot; causal: the last segment's are not needed */
+static void favor__split_sum_item(const favor__lpass *a, float *mine, size_t it)
 {
-    long it, items = (long)(sh->hkv * sp->parts);
+    const favor__split *sp = a->sp;
+    size_t g = it / sp->parts, p = it % sp->parts;
     favor__chunk cb;
     favor__qgroup qg;
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-    for (it = 0; it < items; ++it) {
-        size_t g = (size_t)it / sp->parts, p = (size_t)it % sp->parts;
-        if (causal && p + 1 == sp->parts) continue;
-        favor__lin_carve(mp, q, k, v, out, sh, g, mine, io, &cb, &qg);
-        favor__split_sums(mp, sp, sh, slots + g * (sp->parts * sp->slot) + p * sp->slot, p, 1,
-                          &qg, &cb);
+    if (a->causal && p + 1 == sp->parts) return;
+    favor__lin_carve(a->mp, a->q, a->k, a->v, a->out, a->sh, g, mine, a->io, &cb, &qg);
+    favor__split_sums(a->mp, sp, a->sh, a->slots + g * (sp->parts * sp->slot) + p * sp->slot, p,
+                      1, &qg, &cb);
+}
+
+/* step 1 for every head (mine: this thread's slice), in a team (FAVOR__TEAM_FOR) */
+static void favor__split_step1(const favor__lpass *a, float *mine, int team)
+{
+    long it;
+    FAVOR__TEAM_FOR(team, it, (long)(a->sh->hkv * a->sp->parts),
+                    favor__split_sum_item(a, mine, (size_t)it));
+}
+
+/* step 3's item it of a linear pass: causal, segment it % parts of key/value
+ * head it / parts from the state of the keys before it; otherwise the rows of
+ * a block of FAVOR__ROWBLK of a query head from the state of all keys */
+static void favor__linear_split_item(const favor__lpass *a, float *mine, size_t it)
+{
+    const favor__split *sp = a->sp;
+    const favor__shape *sh = a->sh;
+    size_t w = a->mp->width, dv = sh->dv, per = sp->parts * sp->slot;
+    favor__chunk cb;
+    favor__qgroup qg;
+    if (a->causal) {
+        size_t g = it / sp->parts, p = it % sp->parts, n = w * (dv + 1);
+        float c;
+        favor__lin_carve(a->mp, a->q, a->k, a->v, a->out, sh, g, mine, a->io, &cb, &qg);
+        favor__slot_load(p ? a->slots + g * per + (p - 1) * sp->slot : NULL, n, mine, &c);
+        favor__split_causal(a->mp, sp, sh, p, mine, mine + w * dv, mine + n, &c, &qg, &cb);
+    } else {
+        size_t blocks = (sh->n + FAVOR__ROWBLK - 1) / FAVOR__ROWBLK, grp = sh->hq / sh->hkv;
+        size_t h = it / blocks, i0 = (it % blocks) * FAVOR__ROWBLK;
+        size_t i1 = sh->n - i0 < FAVOR__ROWBLK ? sh->n : i0 + FAVOR__ROWBLK;
+        const float *last = a->slots + (h / grp) * per + (sp->parts - 1) * sp->slot;
+        favor__lin_carve(a->mp, a->q, a->k, a->v, a->out, sh, h / grp, mine, a->io, &cb, &qg);
+        favor__lin_output_rows(a->mp, last, last + w * dv, last[2 * w * (dv + 1)], &qg, h, i0,
+                               i1, dv, &cb);
     }
 }
 
+/* The three steps of a split linear pass, on one thread of a team */
+static void favor__linear_split_run(const favor__lpass *a, float *mine, int team)
+{
+    const favor__split *sp = a->sp;
+    const favor__shape *sh = a->sh;
+    size_t w = a->mp->width, dv = sh->dv, per = sp->parts * sp->slot;
+    size_t blocks = (sh->n + FAVOR__ROWBLK - 1) / FAVOR__ROWBLK;
+    long it;
+    favor__split_step1(a, mine, team);
+    FAVOR__TEAM_FOR(team, it, (long)sh->hkv,
+                    favor__split_scan(sp, w * (dv + 1), a->slots + (size_t)it * per, mine,
+                                      a->causal));
+    FAVOR__TEAM_FOR(team, it, (long)(a->causal ? sh->hkv * sp->parts : sh->hq * blocks),
+                    favor__linear_split_item(a, mine, (size_t)it));
+}
+
 /* The three steps of a split linear pass over every key/value head (slots: the
- * shared array, ws + t slice: thread t's buffers). */
+ * shared array, ws + t slice: thread t's buffers); on one thread no region */
 static void favor__linear_split(const favor__map *mp, const favor_tensor *q,
                                 const favor_tensor *k, const favor_tensor *v,
                                 const favor_tensor *out, const favor__shape *sh, int causal,
                                 const favor__split *sp, float *slots, float *ws, size_t slice,
                                 size_t io, size_t nt)
 {
-    size_t w = mp->width, dv = sh->dv, grp = sh->hq / sh->hkv, per = sp->parts * sp->slot;
-    size_t blocks = (sh->n + FAVOR__ROWBLK - 1) / FAVOR__ROWBLK;
-    long it, sums = (long)(sh->hkv * sp->parts);
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel num_threads((int)nt)
-#endif
-    {
-        float *mine = ws + FAVOR__TID() * slice;
-        favor__chunk cb;
-        favor__qgroup qg;
-        long items;
-        favor__split_step1(mp, q, k, v, out, sh, sp, slots, mine, io, causal);
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-        for (it = 0; it < (long)sh->hkv; ++it)
-            favor__split_scan(sp, w * (dv + 1), slots + (size_t)it * per, mine, causal);
-        items = causal ? sums : (long)(sh->hq * blocks);
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-        for (it = 0; it < items; ++it) {
-            if (causal) {
-                size_t g = (size_t)it / sp->parts, p = (size_t)it % sp->parts;
-                size_t n = w * (dv + 1);
-                float c;
-                favor__lin_carve(mp, q, k, v, out, sh, g, mine, io, &cb, &qg);
-                favor__slot_load(p ? slots + g * per + (p - 1) * sp->slot : NULL, n, mine, &c);
-                favor__split_causal(mp, sp, sh, p, mine, mine + w * dv, mine + n, &c, &qg, &cb);
-            } else {
-                size_t h = (size_t)it / blocks, i0 = ((size_t)it % blocks) * FAVOR__ROWBLK;
-                size_t i1 = sh->n - i0 < FAVOR__ROWBLK ? sh->n : i0 + FAVOR__ROWBLK;
-                const float *last = slots + (h / grp) * per + (sp->parts - 1) * sp->slot;
-                favor__lin_carve(mp, q, k, v, out, sh, h / grp, mine, io, &cb, &qg);
-                favor__lin_output_rows(mp, last, last + w * dv, last[2 * w * (dv + 1)], &qg, h,
-                                       i0, i1, dv, &cb);
-            }
-        }
-    }
+    const favor__lpass a = { mp, q, k, v, out, sh, sp, slots, io, causal };
+    FAVOR__TEAM(favor__linear_split_run(&a, ws + tid_ * slice, team_));
 }
 
 /* The largest linear forward plan of the sequences of a call; 0 when one is
@@ -7208,68 +7275,78 @@ static void favor__extend_head(const favor__map *mp, favor_state *st, const favo
                           st->dv, &qg, cb);
 }
 
+/* extend's step 2 for key/value head g: st's pending tokens folded, st's state
+ * copied into the free slot (the last segment's) and the scan with st first */
+static void favor__extend_scan(const favor__lpass *a, favor_state *st, float *mine, size_t g)
+{
+    const favor__split *sp = a->sp;
+    size_t w = a->mp->width, dv = a->sh->dv, n = w * (dv + 1), p;
+    float *mys = a->slots + g * (sp->parts * sp->slot), *spare = mys + (sp->parts - 1) * sp->slot;
+    favor__chunk cb;
+    favor__qgroup qg;
+    favor__lin_carve(a->mp, a->q, a->k, a->v, a->out, a->sh, g, mine, a->io, &cb, &qg);
+    if (favor__npend(st)) favor__pend_fold(a->mp, st, g, favor__npend(st), &cb);
+    memcpy(spare, st->s + g * w * dv, w * dv * sizeof(float));
+    memcpy(spare + w * dv, st->z + g * w, w * sizeof(float));
+    memcpy(spare + n, st->comp + g * n, n * sizeof(float));
+    spare[2 * n] = st->c[g];
+    for (p = 0; p + 1 < sp->parts; ++p) {
+        const float *src = p ? mys + (p - 1) * sp->slot : spare;
+        float *dst = mys + p * sp->slot;
+        favor__state_merge(dst, dst + 2 * n, src, src[2 * n] + dst[2 * n + 1], n, mine);
+    }
+}
+
+/* extend's step 3, item it: segment it % parts of key/value head it / parts,
+ * the last one in st itself */
+static void favor__extend_item(const favor__lpass *a, favor_state *st, float *mine, size_t it)
+{
+    const favor__split *sp = a->sp;
+    size_t w = a->mp->width, dv = a->sh->dv, n = w * (dv + 1);
+    size_t g = it / sp->parts, p = it % sp->parts, per = sp->parts * sp->slot;
+    const float *from = a->slots + g * per + (p ? p - 1 : sp->parts - 1) * sp->slot;
+    float c;
+    favor__chunk cb;
+    favor__qgroup qg;
+    favor__lin_carve(a->mp, a->q, a->k, a->v, a->out, a->sh, g, mine, a->io, &cb, &qg);
+    if (p + 1 < sp->parts) {
+        favor__slot_load(from, n, mine, &c);
+        favor__split_causal(a->mp, sp, a->sh, p, mine, mine + w * dv, mine + n, &c, &qg, &cb);
+    } else { /* the last segment: in st */
+        float *S = st->s + g * w * dv, *z = st->z + g * w, *E = st->comp + g * n;
+        memcpy(S, from, w * dv * sizeof(float));
+        memcpy(z, from + w * dv, w * sizeof(float));
+        memcpy(E, from + n, n * sizeof(float));
+        st->c[g] = from[2 * n];
+        favor__split_causal(a->mp, sp, a->sh, p, S, z, E, st->c + g, &qg, &cb);
+    }
+}
+
+/* the three steps of a split extend, on one thread of a team */
+static void favor__extend_run(const favor__lpass *a, favor_state *st, float *mine, int team)
+{
+    long it;
+    favor__split_step1(a, mine, team);
+    FAVOR__TEAM_FOR(team, it, (long)a->sh->hkv, favor__extend_scan(a, st, mine, (size_t)it));
+    FAVOR__TEAM_FOR(team, it, (long)(a->sh->hkv * a->sp->parts),
+                    favor__extend_item(a, st, mine, (size_t)it));
+}
+
 /* favor_linear_extend split as a causal linear pass is (see "Splitting one
  * key/value head"), st's state entering the first segment: step 1 as there (the
  * last segment's slot is free); step 2 folds st's pending tokens, copies st's
  * state into the free slot and scans with st first (slot 0 += st); step 3 runs
  * the first segment on a copy of st, the middle ones on copies of their slots
- * and the last one in st itself, from the state of every key before it. */
+ * and the last one in st itself, from the state of every key before it. On one
+ * thread no region. */
 static void favor__extend_split(const favor__map *mp, favor_state *st, const favor_tensor *q,
                                 const favor_tensor *k, const favor_tensor *v,
                                 const favor_tensor *out, const favor__shape *sh,
                                 const favor__split *sp, float *slots, float *ws, size_t slice,
                                 size_t io, size_t nt)
 {
-    size_t w = mp->width, dv = sh->dv, n = w * (dv + 1), per = sp->parts * sp->slot;
-    long it, items = (long)(sh->hkv * sp->parts);
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel num_threads((int)nt)
-#endif
-    {
-        float *mine = ws + FAVOR__TID() * slice;
-        favor__chunk cb;
-        favor__qgroup qg;
-        favor__split_step1(mp, q, k, v, out, sh, sp, slots, mine, io, 1);
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-        for (it = 0; it < (long)sh->hkv; ++it) {
-            size_t g = (size_t)it, p;
-            float *mys = slots + g * per, *spare = mys + (sp->parts - 1) * sp->slot;
-            favor__lin_carve(mp, q, k, v, out, sh, g, mine, io, &cb, &qg);
-            if (favor__npend(st)) favor__pend_fold(mp, st, g, favor__npend(st), &cb);
-            memcpy(spare, st->s + g * w * dv, w * dv * sizeof(float));
-            memcpy(spare + w * dv, st->z + g * w, w * sizeof(float));
-            memcpy(spare + n, st->comp + g * n, n * sizeof(float));
-            spare[2 * n] = st->c[g];
-            for (p = 0; p + 1 < sp->parts; ++p) {
-                const float *src = p ? mys + (p - 1) * sp->slot : spare;
-                float *dst = mys + p * sp->slot;
-                favor__state_merge(dst, dst + 2 * n, src, src[2 * n] + dst[2 * n + 1], n, mine);
-            }
-        }
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-        for (it = 0; it < items; ++it) {
-            size_t g = (size_t)it / sp->parts, p = (size_t)it % sp->parts;
-            const float *from = slots + g * per + (p ? p - 1 : sp->parts - 1) * sp->slot;
-            float c;
-            favor__lin_carve(mp, q, k, v, out, sh, g, mine, io, &cb, &qg);
-            if (p + 1 < sp->parts) {
-                favor__slot_load(from, n, mine, &c);
-                favor__split_causal(mp, sp, sh, p, mine, mine + w * dv, mine + n, &c, &qg, &cb);
-            } else { /* the last segment: in st */
-                float *S = st->s + g * w * dv, *z = st->z + g * w, *E = st->comp + g * n;
-                memcpy(S, from, w * dv * sizeof(float));
-                memcpy(z, from + w * dv, w * sizeof(float));
-                memcpy(E, from + n, n * sizeof(float));
-                st->c[g] = from[2 * n];
-                favor__split_causal(mp, sp, sh, p, S, z, E, st->c + g, &qg, &cb);
-            }
-        }
-    }
+    const favor__lpass a = { mp, q, k, v, out, sh, sp, slots, io, 1 };
+    FAVOR__TEAM(favor__extend_run(&a, st, ws + tid_ * slice, team_));
 }
 
 FAVOR__DEF size_t favor_linear_extend_workspace(const favor_features *f, const favor_state *st,
@@ -9692,6 +9769,9 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__exp_add FAVOR__N(favor__exp_add)
 #define favor__exp_sub FAVOR__N(favor__exp_sub)
 #define favor__extend_head FAVOR__N(favor__extend_head)
+#define favor__extend_item FAVOR__N(favor__extend_item)
+#define favor__extend_run FAVOR__N(favor__extend_run)
+#define favor__extend_scan FAVOR__N(favor__extend_scan)
 #define favor__extend_split FAVOR__N(favor__extend_split)
 #define favor__feature_head FAVOR__N(favor__feature_head)
 #define favor__features_fill FAVOR__N(favor__features_fill)
@@ -9743,7 +9823,10 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__linear_kvhead FAVOR__N(favor__linear_kvhead)
 #define favor__linear_scale FAVOR__N(favor__linear_scale)
 #define favor__linear_split FAVOR__N(favor__linear_split)
+#define favor__linear_split_item FAVOR__N(favor__linear_split_item)
+#define favor__linear_split_run FAVOR__N(favor__linear_split_run)
 #define favor__log_gates FAVOR__N(favor__log_gates)
+#define favor__lpass FAVOR__N(favor__lpass)
 #define favor__map FAVOR__N(favor__map)
 #define favor__map_floats FAVOR__N(favor__map_floats)
 #define favor__map_make FAVOR__N(favor__map_make)
@@ -9918,6 +10001,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #define favor__split_plan FAVOR__N(favor__split_plan)
 #define favor__split_scan FAVOR__N(favor__split_scan)
 #define favor__split_step1 FAVOR__N(favor__split_step1)
+#define favor__split_sum_item FAVOR__N(favor__split_sum_item)
 #define favor__split_sums FAVOR__N(favor__split_sums)
 #define favor__stabilized FAVOR__N(favor__stabilized)
 #define favor__stage FAVOR__N(favor__stage)
@@ -10063,6 +10147,8 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef FAVOR__SEP
 #undef FAVOR__SEQ_FOR
 #undef FAVOR__SPLIT
+#undef FAVOR__TEAM
+#undef FAVOR__TEAM_FOR
 #undef FAVOR__TID
 #undef FAVOR__TILE_CASE
 #undef FAVOR__TILE_LOAD
@@ -10228,6 +10314,9 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__exp_add
 #undef favor__exp_sub
 #undef favor__extend_head
+#undef favor__extend_item
+#undef favor__extend_run
+#undef favor__extend_scan
 #undef favor__extend_split
 #undef favor__feature_head
 #undef favor__features_fill
@@ -10279,7 +10368,10 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__linear_kvhead
 #undef favor__linear_scale
 #undef favor__linear_split
+#undef favor__linear_split_item
+#undef favor__linear_split_run
 #undef favor__log_gates
+#undef favor__lpass
 #undef favor__map
 #undef favor__map_floats
 #undef favor__map_make
@@ -10454,6 +10546,7 @@ FAVOR__API_LIST(FAVOR__DT_WRAP, FAVOR__DT_WRAPV)
 #undef favor__split_plan
 #undef favor__split_scan
 #undef favor__split_step1
+#undef favor__split_sum_item
 #undef favor__split_sums
 #undef favor__stabilized
 #undef favor__stage

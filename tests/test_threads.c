@@ -169,11 +169,12 @@ static void test_workspace_scales_with_threads_not_n(void **state)
  * must use its workspace's first slice. Each call gets exactly the workspace it
  * asks for, followed by guard bytes that must stay as they were, and must give
  * the bits of the same call outside the region: the decode (one query row),
- * the prefill with and without a mask, linear attention, extend, and the
- * softmax and linear backward (on these two key/value heads, the linear one
- * by heads: no segments at 300 keys). */
+ * the prefill with and without a mask, linear attention and extend (on two
+ * key/value heads of 300 keys: one segment each, and on one head of 600 keys:
+ * two, each call split), and the softmax and linear backward (the linear one
+ * by heads). */
 #define GUARD 4096
-#define JOBS 7
+#define JOBS 9
 static int guarded_job(int j, const float *q, const float *k, const float *v, const float *g,
                        const float *mask, float *out)
 {
@@ -193,18 +194,25 @@ static int guarded_job(int j, const float *q, const float *k, const float *v, co
     o.threads = 1;
     o.flags = FAVOR_CAUSAL;
     if (j == 0) Q.rows = O.rows = 1; /* decode */
+    if (j >= 7) { /* the same floats as one key/value head of twice the rows */
+        Q = favor_tensor_packed((float *)q, 2, 2 * N, D);
+        K = favor_tensor_packed((float *)k, 1, 2 * N, D);
+        V = favor_tensor_packed((float *)v, 1, 2 * N, DV);
+        O = favor_tensor_packed(out, 2, 2 * N, DV);
+    }
     if (j == 2) o.mask = &Mk;
     if (j >= 3 && j != 5) {
         fw = (float *)malloc(favor_features_floats(FAVOR_POSITIVE, D, M) * sizeof *fw);
         if (!fw || favor_features_init(&f, FAVOR_POSITIVE, D, M, 0, 5, fw) != FAVOR_OK) return 1;
     }
-    if (j == 4) {
-        sto = (float *)malloc(favor_state_floats(&f, HKV, DV) * sizeof *sto);
-        if (!sto || favor_state_init(&st, &f, HKV, DV, sto) != FAVOR_OK) return 1;
+    if (j == 4 || j == 7) {
+        const size_t hs = j == 4 ? HKV : 1;
+        sto = (float *)malloc(favor_state_floats(&f, hs, DV) * sizeof *sto);
+        if (!sto || favor_state_init(&st, &f, hs, DV, sto) != FAVOR_OK) return 1;
     }
     bytes = j <= 2 ? favor_softmax_attention_workspace(&Q, &K, &V, &o)
-          : j == 3 ? favor_linear_attention_workspace(&f, &Q, &K, &V, &o)
-          : j == 4 ? favor_linear_extend_workspace(&f, &st, &Q, &K, &V, &o)
+          : j == 3 || j == 8 ? favor_linear_attention_workspace(&f, &Q, &K, &V, &o)
+          : j == 4 || j == 7 ? favor_linear_extend_workspace(&f, &st, &Q, &K, &V, &o)
           : j == 5 ? favor_softmax_attention_backward_workspace(&Q, &K, &V, &o)
                    : favor_linear_attention_backward_workspace(&f, &Q, &K, &V, &o);
     if (!bytes || !(ws = (unsigned char *)malloc(bytes + GUARD))) return 1;
@@ -212,8 +220,9 @@ static int guarded_job(int j, const float *q, const float *k, const float *v, co
     o.workspace = ws;
     o.workspace_size = bytes;
     if (j <= 2) bad = favor_softmax_attention(&Q, &K, &V, &O, &o) != FAVOR_OK;
-    else if (j == 3) bad = favor_linear_attention(&f, &Q, &K, &V, &O, &o) != FAVOR_OK;
-    else if (j == 4) bad = favor_linear_extend(&f, &st, &Q, &K, &V, &O, &o) != FAVOR_OK;
+    else if (j == 3 || j == 8) bad = favor_linear_attention(&f, &Q, &K, &V, &O, &o) != FAVOR_OK;
+    else if (j == 4 || j == 7)
+        bad = favor_linear_extend(&f, &st, &Q, &K, &V, &O, &o) != FAVOR_OK;
     else { /* dq, dk, dv after the forward's output (O's rows hold it) */
         favor_tensor F = favor_tensor_packed(out + H * N * DV, H, N, DV);
         favor_tensor dQ = favor_tensor_packed(out + 2 * H * N * DV, H, N, D);
