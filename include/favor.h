@@ -5903,7 +5903,11 @@ FAVOR__DEF favor_status favor_attention_merge(const favor_tensor *out_a, const f
     if (elems >= FAVOR__MERGE_SPLIT) nt = favor__nthreads(opts);
     (void)nt; /* without OpenMP */
 #ifdef _OPENMP
-#pragma omp parallel for num_threads((int)nt) schedule(static) if (nt > 1)
+    if (nt > 1) { /* on one thread no region, for FAVOR__PAR_FOR's reason */
+#pragma omp parallel for num_threads((int)nt) schedule(static)
+        for (it = 0; it < items; ++it) favor__merge_row(&m, (size_t)it / m.n, (size_t)it % m.n);
+        return FAVOR_OK;
+    }
 #endif
     for (it = 0; it < items; ++it) favor__merge_row(&m, (size_t)it / m.n, (size_t)it % m.n);
     return FAVOR_OK;
