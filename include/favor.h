@@ -291,7 +291,10 @@
  * without a mask share one loop of (sequence, head, query block) items; the
  * others (decoding, masked, linear, backward) run one after another, each
  * split as a call of its own. The split is fixed by the shape, so
- * results are bit-identical for any thread count.
+ * results are bit-identical for any thread count. A call on one thread opens
+ * no OpenMP region of its own, but for the linear backward split in segments.
+ * Calls with threads = 1 may run on the threads of a caller's own parallel
+ * region, each with its own workspace.
  *
  * RUNTIME DISPATCH (FAVOR_DISPATCH, defined where FAVOR_IMPLEMENTATION is; x86-64
  * under gcc >= 8 or clang >= 7). The implementation then holds three copies of
